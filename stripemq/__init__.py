@@ -1,0 +1,1 @@
+"""stripemq: persistent pub/sub with brokers separated from replicated ledger storage."""

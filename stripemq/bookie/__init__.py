@@ -1,0 +1,1 @@
+"""Bookie: storage engine, gRPC server, per-bookie client, registration."""

@@ -1,0 +1,1 @@
+"""The bookie storage engine: journal, memtable, entry logs, index, checkpoints."""

@@ -1,0 +1,186 @@
+"""Per-ledger index files: ledger state in a header, then one location slot per entry.
+
+``index/<ledger_id & 0xff>/<ledger_id>.idx``: a 256-byte header (fenced flag, master key,
+explicit LAC, CRC32C) followed by an 8-byte slot per entry id holding ``location + 1`` (0 means
+absent), so a lookup is one ``pread`` and the file is sparse where ids were skipped. The
+header is rewritten at each checkpoint; state changed since lives in the journal.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+import crc32c
+
+from stripemq.bookie.storage.files import fsync_dir, pread_exact
+from stripemq.errors import DigestMismatchError
+
+HEADER_SIZE = 256
+MAX_MASTER_KEY = 200
+# Entry ids above this are refused at add time: their slot would lie past what a file can hold.
+MAX_ENTRY_ID = (1 << 40) - 1
+_MAGIC = b"SMQI"
+_HEADER = struct.Struct(">4sHHqH")
+_CRC = struct.Struct(">I")
+_SLOT = struct.Struct(">Q")
+_FLAG_FENCED = 1
+_FLAG_HAS_KEY = 2
+
+
+@dataclass
+class LedgerHeader:
+    """What a bookie persists about a ledger besides its entries."""
+
+    fenced: bool = False
+    master_key: bytes | None = None
+    explicit_lac: int = -1
+
+    def encode(self) -> bytes:
+        key = self.master_key or b""
+        flags = (_FLAG_FENCED if self.fenced else 0) | (
+            _FLAG_HAS_KEY if self.master_key is not None else 0
+        )
+        body = _HEADER.pack(_MAGIC, 1, flags, self.explicit_lac, len(key)) + key
+        body = body.ljust(HEADER_SIZE - _CRC.size, b"\x00")
+        return body + _CRC.pack(crc32c.crc32c(body))
+
+    @classmethod
+    def decode(cls, raw: bytes, ledger_id: int) -> LedgerHeader:
+        body, (checksum,) = raw[: HEADER_SIZE - _CRC.size], _CRC.unpack_from(raw, HEADER_SIZE - 4)
+        magic, _version, flags, lac, key_len = _HEADER.unpack_from(body, 0)
+        if magic != _MAGIC or crc32c.crc32c(body) != checksum or key_len > MAX_MASTER_KEY:
+            raise DigestMismatchError(f"index header of ledger {ledger_id} is corrupt")
+        key = body[_HEADER.size : _HEADER.size + key_len] if flags & _FLAG_HAS_KEY else None
+        return cls(fenced=bool(flags & _FLAG_FENCED), master_key=key, explicit_lac=lac)
+
+
+class LedgerIndex:
+    """Thread-safe access to the index files; writes come from the flushing thread."""
+
+    def __init__(self, directory: Path, max_open_files: int = 1000) -> None:
+        self.directory = directory
+        self.max_open_files = max_open_files
+        self._lock = threading.RLock()
+        self._fds: OrderedDict[int, int] = OrderedDict()
+        self._dirty: set[int] = set()
+
+    def path(self, ledger_id: int) -> Path:
+        return self.directory / f"{ledger_id & 0xFF:02x}" / f"{ledger_id:x}.idx"
+
+    def exists(self, ledger_id: int) -> bool:
+        return self.path(ledger_id).exists()
+
+    def ledger_ids(self) -> list[int]:
+        ids = []
+        for path in self.directory.glob("*/*.idx"):
+            try:
+                ids.append(int(path.stem, 16))
+            except ValueError:
+                continue
+        return sorted(ids)
+
+    def read_header(self, ledger_id: int) -> LedgerHeader | None:
+        if not self.exists(ledger_id):
+            return None
+        with self._lock:
+            raw = pread_exact(self._fd(ledger_id), HEADER_SIZE, 0)
+        if len(raw) < HEADER_SIZE:
+            raise DigestMismatchError(f"index header of ledger {ledger_id} is truncated")
+        return LedgerHeader.decode(raw, ledger_id)
+
+    def write_header(self, ledger_id: int, header: LedgerHeader) -> None:
+        with self._lock:
+            os.pwrite(self._fd(ledger_id, create=True), header.encode(), 0)
+            self._dirty.add(ledger_id)
+
+    def get_location(self, ledger_id: int, entry_id: int) -> int | None:
+        if not 0 <= entry_id <= MAX_ENTRY_ID or not self.exists(ledger_id):
+            return None
+        with self._lock:
+            fd = self._fd(ledger_id)
+            raw = pread_exact(fd, _SLOT.size, HEADER_SIZE + entry_id * _SLOT.size)
+        if len(raw) < _SLOT.size:
+            return None
+        (slot,) = _SLOT.unpack(raw)
+        return slot - 1 if slot else None
+
+    def set_location(self, ledger_id: int, entry_id: int, location: int) -> None:
+        with self._lock:
+            fd = self._fd(ledger_id, create=True)
+            os.pwrite(fd, _SLOT.pack(location + 1), HEADER_SIZE + entry_id * _SLOT.size)
+            self._dirty.add(ledger_id)
+
+    def last_entry_id(self, ledger_id: int) -> int:
+        """Highest entry id with a location, or -1."""
+        if not self.exists(ledger_id):
+            return -1
+        with self._lock:
+            return self._last_entry_id(self._fd(ledger_id))
+
+    def _last_entry_id(self, fd: int) -> int:
+        size = os.fstat(fd).st_size
+        slots = (size - HEADER_SIZE) // _SLOT.size
+        step = 512
+        while slots > 0:
+            first = max(0, slots - step)
+            raw = pread_exact(fd, (slots - first) * _SLOT.size, HEADER_SIZE + first * _SLOT.size)
+            for i in range(len(raw) // _SLOT.size - 1, -1, -1):
+                if _SLOT.unpack_from(raw, i * _SLOT.size)[0]:
+                    return first + i
+            slots = first
+        return -1
+
+    def sync(self) -> None:
+        """fsync every index file written since the last sync."""
+        with self._lock:
+            dirty, self._dirty = self._dirty, set()
+            for ledger_id in dirty:
+                os.fsync(self._fd(ledger_id))
+
+    def delete(self, ledger_id: int) -> None:
+        with self._lock:
+            fd = self._fds.pop(ledger_id, None)
+            self._dirty.discard(ledger_id)
+        if fd is not None:
+            os.close(fd)
+        try:
+            self.path(ledger_id).unlink()
+        except FileNotFoundError:
+            pass
+
+    def close(self) -> None:
+        self.sync()
+        with self._lock:
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds.clear()
+
+    def _fd(self, ledger_id: int, create: bool = False) -> int:
+        """The open descriptor for a ledger's index; the caller holds ``_lock``."""
+        fd = self._fds.get(ledger_id)
+        if fd is not None:
+            self._fds.move_to_end(ledger_id)
+            return fd
+        path = self.path(ledger_id)
+        flags = os.O_RDWR
+        if create and not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, flags | os.O_CREAT, 0o644)
+            os.pwrite(fd, LedgerHeader().encode(), 0)
+            os.fsync(fd)
+            fsync_dir(path.parent)
+        else:
+            fd = os.open(path, flags)
+        self._fds[ledger_id] = fd
+        while len(self._fds) > self.max_open_files:
+            old_id, old_fd = self._fds.popitem(last=False)
+            if old_id in self._dirty:
+                os.fsync(old_fd)
+                self._dirty.discard(old_id)
+            os.close(old_fd)
+        return fd

@@ -1,0 +1,306 @@
+"""The bookie's write-ahead journal: records, group commit, rotation and replay.
+
+Every add, fence, master key and explicit LAC is appended here and made durable before it is
+acknowledged. One ``fdatasync`` covers every record that arrived within
+``max_group_wait_ms`` (or until ``buffered_writes_threshold`` bytes are waiting); while one
+sync is on the disk the next group gathers. Writes and syncs run on one dedicated thread so
+they keep their order and never block the event loop.
+
+Record: ``length:u32 | crc32c:u32 | type:u8 | ledger_id:u64 | body`` where the CRC and the
+length cover everything after the CRC. A torn or corrupt record ends the replay of its file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import errno
+import logging
+import os
+import struct
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import crc32c
+
+from stripemq.bookie.storage.files import fsync_dir
+from stripemq.errors import BookieError, DiskFullError
+
+log = logging.getLogger(__name__)
+
+FILE_MAGIC = b"SMQJ\x00\x01\x00\x00"  # magic + format version 1 + reserved
+_RECORD_HEAD = struct.Struct(">II")
+_RECORD_KIND = struct.Struct(">BQ")
+_LAC = struct.Struct(">q")
+MAX_RECORD_SIZE = 64 * 1024 * 1024
+
+
+class RecordType(enum.IntEnum):
+    ENTRY = 1  # body: the entry bytes as received
+    FENCE = 2  # body: empty
+    MASTER_KEY = 3  # body: the ledger's master key
+    EXPLICIT_LAC = 4  # body: lac:i64
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class LogMark:
+    """A position in the journal: everything before it is covered."""
+
+    journal_id: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class JournalRecord:
+    type: RecordType
+    ledger_id: int
+    body: bytes
+
+
+def encode_record(kind: RecordType, ledger_id: int, body: bytes = b"") -> bytes:
+    """One journal record, ready to append."""
+    rest = _RECORD_KIND.pack(kind, ledger_id) + body
+    return _RECORD_HEAD.pack(len(rest), crc32c.crc32c(rest)) + rest
+
+
+def encode_lac(lac: int) -> bytes:
+    return _LAC.pack(lac)
+
+
+def decode_lac(body: bytes) -> int:
+    return _LAC.unpack(body)[0]
+
+
+def decode_records(buf: bytes, start: int) -> Iterator[tuple[JournalRecord, int]]:
+    """Yield ``(record, end_offset)`` from ``start`` until the end or the first bad record."""
+    pos = start
+    while pos + _RECORD_HEAD.size <= len(buf):
+        length, checksum = _RECORD_HEAD.unpack_from(buf, pos)
+        body_start = pos + _RECORD_HEAD.size
+        end = body_start + length
+        if length < _RECORD_KIND.size or length > MAX_RECORD_SIZE or end > len(buf):
+            return
+        rest = buf[body_start:end]
+        if crc32c.crc32c(rest) != checksum:
+            return
+        kind, ledger_id = _RECORD_KIND.unpack_from(rest, 0)
+        try:
+            record_type = RecordType(kind)
+        except ValueError:
+            return
+        yield JournalRecord(record_type, ledger_id, rest[_RECORD_KIND.size :]), end
+        pos = end
+
+
+def journal_path(directory: Path, journal_id: int) -> Path:
+    return directory / f"{journal_id:016x}.txn"
+
+
+def list_journals(directory: Path) -> list[int]:
+    """Ids of the journal files in ``directory``, oldest first."""
+    ids = []
+    for path in directory.glob("*.txn"):
+        try:
+            ids.append(int(path.stem, 16))
+        except ValueError:
+            log.warning("ignoring stray file in journal directory: %s", path)
+    return sorted(ids)
+
+
+def replay_journals(directory: Path, mark: LogMark) -> Iterator[tuple[JournalRecord, LogMark]]:
+    """Yield every intact record at or after ``mark`` with the position just after it."""
+    for journal_id in list_journals(directory):
+        if journal_id < mark.journal_id:
+            continue
+        data = journal_path(directory, journal_id).read_bytes()
+        if not data.startswith(FILE_MAGIC):
+            log.error("journal %016x has no valid header; skipping it", journal_id)
+            continue
+        start = mark.offset if journal_id == mark.journal_id else len(FILE_MAGIC)
+        start = max(start, len(FILE_MAGIC))
+        end = start
+        for record, end in decode_records(data, start):
+            yield record, LogMark(journal_id, end)
+        if end < len(data):
+            log.warning(
+                "journal %016x: ignoring %d bytes of torn or corrupt tail at offset %d",
+                journal_id,
+                len(data) - end,
+                end,
+            )
+
+
+@dataclass
+class _Group:
+    chunks: list[bytes] = field(default_factory=list)
+    waiters: list[asyncio.Future[LogMark]] = field(default_factory=list)
+    size: int = 0
+    first_at: float = 0.0
+
+
+class JournalWriter:
+    """Appends records and resolves each append's future once it is durable."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        max_group_wait_ms: float,
+        buffered_writes_threshold: int,
+        sync_data: bool,
+        max_file_size: int,
+    ) -> None:
+        self.directory = directory
+        self.max_group_wait = max_group_wait_ms / 1000.0
+        self.threshold = buffered_writes_threshold
+        self.sync_data = sync_data
+        self.max_file_size = max_file_size
+        self.fsync_count = 0
+        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="journal")
+        self._group = _Group()
+        self._wakeup = asyncio.Event()
+        self._full = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._fd = -1
+        self._journal_id = 0
+        self._offset = 0
+        self._written = LogMark(0, 0)
+        self._roll_next = False
+        self._closing = False
+
+    @property
+    def written_mark(self) -> LogMark:
+        """Position after the last record handed to the OS (maybe not yet synced)."""
+        return self._written
+
+    async def open(self) -> None:
+        """Start a fresh journal file after every existing one."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        existing = list_journals(self.directory)
+        next_id = (existing[-1] + 1) if existing else 1
+        await asyncio.get_running_loop().run_in_executor(self._io, self._new_file, next_id)
+        self._task = asyncio.create_task(self._run(), name="journal-writer")
+
+    def append(self, record: bytes) -> asyncio.Future[LogMark]:
+        """Queue ``record`` (one or more encoded records); the future resolves when durable."""
+        if self._closing:
+            raise BookieError("journal is closed")
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[LogMark] = loop.create_future()
+        group = self._group
+        if not group.chunks:
+            group.first_at = loop.time()
+        group.chunks.append(record)
+        group.waiters.append(waiter)
+        group.size += len(record)
+        self._wakeup.set()
+        if group.size >= self.threshold:
+            self._full.set()
+        return waiter
+
+    async def close(self) -> None:
+        """Write out what is queued, then stop the writer thread."""
+        self._closing = True
+        self._wakeup.set()
+        self._full.set()
+        if self._task is not None:
+            await self._task
+        await asyncio.get_running_loop().run_in_executor(self._io, self._close_fd)
+        self._io.shutdown(wait=True)
+
+    def delete_before(self, journal_id: int) -> list[int]:
+        """Remove journal files older than ``journal_id`` (covered by a checkpoint)."""
+        removed = []
+        for old in list_journals(self.directory):
+            if old >= journal_id or old == self._journal_id:
+                continue
+            try:
+                journal_path(self.directory, old).unlink()
+                removed.append(old)
+            except FileNotFoundError:
+                pass
+        if removed:
+            log.info("deleted %d journal file(s) before %016x", len(removed), journal_id)
+        return removed
+
+    # ------------------------------------------------------------------ writer task
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wakeup.wait()
+            group = self._group
+            if not group.chunks:
+                self._wakeup.clear()
+                if self._closing:
+                    return
+                continue
+            delay = group.first_at + self.max_group_wait - loop.time()
+            if delay > 0 and group.size < self.threshold and not self._closing:
+                try:
+                    await asyncio.wait_for(self._full.wait(), delay)
+                except TimeoutError:
+                    pass
+            self._group = _Group()
+            self._wakeup.clear()
+            self._full.clear()
+            buf = b"".join(group.chunks)
+            try:
+                mark = await loop.run_in_executor(self._io, self._write_and_sync, buf)
+            except BookieError as exc:
+                for waiter in group.waiters:
+                    if not waiter.done():
+                        waiter.set_exception(exc)
+                continue
+            for waiter in group.waiters:
+                if not waiter.done():
+                    waiter.set_result(mark)
+            if self._group.chunks:
+                self._wakeup.set()
+
+    # ------------------------------------------------------------------ writer thread
+
+    def _new_file(self, journal_id: int) -> None:
+        self._close_fd()
+        path = journal_path(self.directory, journal_id)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        os.write(fd, FILE_MAGIC)
+        os.fsync(fd)
+        fsync_dir(self.directory)
+        self._fd, self._journal_id, self._offset = fd, journal_id, len(FILE_MAGIC)
+        self._written = LogMark(journal_id, self._offset)
+        log.info("journal file %s opened", path.name)
+
+    def _close_fd(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def _write_and_sync(self, buf: bytes) -> LogMark:
+        try:
+            if self._roll_next or self._offset >= self.max_file_size:
+                self._new_file(self._journal_id + 1)
+                self._roll_next = False
+            view = memoryview(buf)
+            while view:
+                written = os.write(self._fd, view)
+                view = view[written:]
+            self._offset += len(buf)
+            self._written = LogMark(self._journal_id, self._offset)
+            if self.sync_data:
+                os.fdatasync(self._fd)
+                self.fsync_count += 1
+            return self._written
+        except OSError as exc:
+            # A partial record may now sit at the tail; replay stops at it, so later records
+            # must go to a fresh file, never after the torn one.
+            self._roll_next = True
+            try:
+                os.ftruncate(self._fd, self._offset)
+            except OSError:
+                pass
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFullError(f"journal disk is full: {exc}") from exc
+            raise BookieError(f"journal write failed: {exc}") from exc

@@ -1,0 +1,1 @@
+"""Wire formats: generated protobuf modules and sans-IO codecs."""

@@ -1,0 +1,343 @@
+"""The bookie storage engine driven directly: journal, memtable, entry logs, index, recovery."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from stripemq.bookie.config import BookieConfig
+from stripemq.bookie.storage import journal as journal_module
+from stripemq.bookie.storage.engine import AddOp, BookieStorage, decode_mark, encode_mark
+from stripemq.bookie.storage.journal import (
+    LogMark,
+    RecordType,
+    decode_records,
+    encode_record,
+    list_journals,
+)
+from stripemq.errors import (
+    BookieReadOnlyError,
+    DigestMismatchError,
+    DiskFullError,
+    EntryTooLargeError,
+    InvalidEntryError,
+    LedgerFencedError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+    ReadTimeoutError,
+    UnauthorizedAccessError,
+)
+from stripemq.proto.entry import HEADER_SIZE, EntryHeader, encode_entry, verify_entry
+
+KEY = b"master-key"
+
+
+def make_config(tmp_path: Path, **overrides: object) -> BookieConfig:
+    settings: dict[str, object] = {"data_dir": str(tmp_path / "bookie"), "flush_interval_ms": 600_000}
+    settings.update(overrides)
+    return BookieConfig(**settings)  # type: ignore[arg-type]
+
+
+def entry(ledger: int, entry_id: int, payload: bytes | None = None) -> bytes:
+    data = payload if payload is not None else f"ledger {ledger} entry {entry_id}".encode()
+    return encode_entry(ledger, entry_id, entry_id - 1, data)
+
+
+async def add(storage: BookieStorage, *entries: bytes, key: bytes = KEY, recovery: bool = False):
+    results = await storage.add_entries([AddOp(e, key, recovery) for e in entries])
+    return results
+
+
+async def add_ok(storage: BookieStorage, *entries: bytes) -> None:
+    for result in await add(storage, *entries):
+        assert isinstance(result, EntryHeader), result
+
+
+@pytest.fixture
+async def storage(tmp_path: Path):
+    store = BookieStorage(make_config(tmp_path))
+    await store.start()
+    yield store
+    await store.stop()
+
+
+# ------------------------------------------------------------------------- formats
+
+
+def test_entry_roundtrip_and_digest() -> None:
+    raw = encode_entry(7, 3, 2, b"hello")
+    header = verify_entry(raw)
+    assert (header.ledger_id, header.entry_id, header.lac, header.length) == (7, 3, 2, 5)
+    assert raw[HEADER_SIZE:] == b"hello"
+    flipped = bytearray(raw)
+    flipped[-1] ^= 0x01
+    with pytest.raises(DigestMismatchError):
+        verify_entry(bytes(flipped))
+    header_flip = bytearray(raw)
+    header_flip[20] ^= 0x01  # inside the lac field
+    with pytest.raises(DigestMismatchError):
+        verify_entry(bytes(header_flip))
+    with pytest.raises(InvalidEntryError):
+        verify_entry(raw[:-1])
+    with pytest.raises(InvalidEntryError):
+        verify_entry(b"short")
+
+
+def test_journal_records_stop_at_torn_tail() -> None:
+    records = [encode_record(RecordType.ENTRY, 1, b"a" * 10), encode_record(RecordType.FENCE, 1)]
+    buf = b"".join(records)
+    assert [r.type for r, _ in decode_records(buf, 0)] == [RecordType.ENTRY, RecordType.FENCE]
+    torn = buf[:-3]
+    assert [r.type for r, _ in decode_records(torn, 0)] == [RecordType.ENTRY]
+    corrupt = bytearray(buf)
+    corrupt[len(records[0]) - 1] ^= 0xFF
+    assert list(decode_records(bytes(corrupt), 0)) == []
+
+
+def test_mark_roundtrip_and_corruption() -> None:
+    raw = encode_mark(LogMark(5, 1234))
+    assert decode_mark(raw) == LogMark(5, 1234)
+    assert decode_mark(raw[:-1]) is None
+    assert decode_mark(bytes([raw[0] ^ 1]) + raw[1:]) is None
+
+
+# ------------------------------------------------------------------------- write and read
+
+
+async def test_add_and_read_back(storage: BookieStorage) -> None:
+    entries = [entry(1, i) for i in range(50)]
+    await add_ok(storage, *entries)
+    for i, raw in enumerate(entries):
+        got, state = await storage.read_entry(1, i)
+        assert got == raw
+    assert state.lac == 48 and state.last_entry_id == 49
+    last, _ = await storage.read_entry(1, -1)
+    assert last == entries[-1]
+
+
+async def test_reads_after_checkpoint_come_from_entry_log(storage: BookieStorage) -> None:
+    entries = [entry(2, i, os.urandom(300)) for i in range(20)]
+    await add_ok(storage, *entries)
+    await storage.checkpoint()
+    assert storage.memtable.size_bytes == 0
+    for i, raw in enumerate(entries):
+        assert (await storage.read_entry(2, i))[0] == raw
+
+
+async def test_missing_ledger_and_entry(storage: BookieStorage) -> None:
+    with pytest.raises(NoSuchLedgerError):
+        await storage.read_entry(404, 0)
+    await add_ok(storage, entry(3, 0))
+    with pytest.raises(NoSuchEntryError):
+        await storage.read_entry(3, 5)
+    await storage.checkpoint()
+    with pytest.raises(NoSuchEntryError):
+        await storage.read_entry(3, 5)
+
+
+async def test_bad_adds_are_refused_and_the_rest_succeed(tmp_path: Path) -> None:
+    storage = BookieStorage(make_config(tmp_path, max_entry_size=1024))
+    await storage.start()
+    try:
+        good = entry(4, 0)
+        too_big = encode_entry(4, 1, 0, b"x" * 2000)
+        corrupt = bytearray(entry(4, 2))
+        corrupt[-1] ^= 0xFF
+        huge_id = encode_entry(4, 1 << 50, 0, b"x")
+        results = await add(storage, good, too_big, bytes(corrupt), huge_id, b"garbage")
+        assert isinstance(results[0], EntryHeader)
+        assert isinstance(results[1], EntryTooLargeError)
+        assert isinstance(results[2], DigestMismatchError)
+        assert isinstance(results[3], InvalidEntryError)
+        assert isinstance(results[4], InvalidEntryError)
+        (wrong_key,) = await add(storage, entry(4, 3), key=b"other")
+        assert isinstance(wrong_key, UnauthorizedAccessError)
+        # An identical re-add is accepted (recovery re-replicates); other data is refused.
+        assert isinstance((await add(storage, good))[0], EntryHeader)
+        (dup,) = await add(storage, encode_entry(4, 0, -1, b"different"))
+        assert isinstance(dup, InvalidEntryError)
+        assert (await storage.read_entry(4, 0))[0] == good
+    finally:
+        await storage.stop()
+
+
+async def test_fence_refuses_writer_but_allows_recovery_adds(storage: BookieStorage) -> None:
+    await add_ok(storage, entry(5, 0), entry(5, 1))
+    with pytest.raises(UnauthorizedAccessError):
+        await storage.fence(5, b"wrong")
+    state = await storage.fence(5, KEY)
+    assert state.fenced and state.lac == 0
+    (refused,) = await add(storage, entry(5, 2))
+    assert isinstance(refused, LedgerFencedError)
+    (recovered,) = await add(storage, entry(5, 2), recovery=True)
+    assert isinstance(recovered, EntryHeader)
+
+
+async def test_long_poll_waits_for_lac(storage: BookieStorage) -> None:
+    import asyncio
+
+    await add_ok(storage, entry(6, 0), entry(6, 1))  # LAC known to the bookie: 0
+    with pytest.raises(ReadTimeoutError):
+        await storage.read_entry(6, 1, long_poll_timeout_ms=50)
+    waiter = asyncio.create_task(storage.read_entry(6, 1, long_poll_timeout_ms=5000))
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    await storage.write_lac(6, KEY, 1)
+    got, state = await asyncio.wait_for(waiter, 5)
+    assert got == entry(6, 1) and state.lac == 1
+
+
+# ------------------------------------------------------------------------- restart and recovery
+
+
+async def test_restart_after_clean_stop(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    storage = BookieStorage(config)
+    await storage.start()
+    await add_ok(storage, *[entry(7, i) for i in range(100)])
+    await storage.fence(7, KEY)
+    await storage.stop()
+
+    reopened = BookieStorage(make_config(tmp_path))
+    await reopened.start()
+    try:
+        for i in range(100):
+            assert (await reopened.read_entry(7, i))[0] == entry(7, i)
+        state = await reopened.ledger_state(7)
+        assert state.fenced and state.last_entry_id == 99 and state.lac == 98
+        (refused,) = await add(reopened, entry(7, 100))
+        assert isinstance(refused, LedgerFencedError)
+        # A clean stop checkpointed everything: only the fresh journal remains.
+        assert len(list_journals(Path(config.journal_dir))) == 1
+    finally:
+        await reopened.stop()
+
+
+async def test_crash_recovery_replays_journal_after_the_mark(tmp_path: Path) -> None:
+    config = make_config(tmp_path, journal_max_size_mb=1)
+    storage = BookieStorage(config)
+    await storage.start()
+    before = [entry(8, i, os.urandom(2000)) for i in range(600)]  # > 1 MiB: journal rotates
+    await add_ok(storage, *before[:300])
+    await add_ok(storage, *before[300:])
+    mark = await storage.checkpoint()
+    after = [entry(8, 600 + i) for i in range(50)]
+    await add_ok(storage, *after)
+    await storage.write_lac(8, KEY, 649)
+    await storage.fence(8, KEY)
+    journals = list_journals(Path(config.journal_dir))
+    assert journals[0] >= mark.journal_id  # files before the mark were deleted
+    # Crash: the object is abandoned without stop(); nothing after the mark was flushed.
+
+    recovered = BookieStorage(make_config(tmp_path, journal_max_size_mb=1))
+    await recovered.start()
+    try:
+        for i, raw in enumerate(before + after):
+            assert (await recovered.read_entry(8, i))[0] == raw
+        state = await recovered.ledger_state(8)
+        assert state.fenced and state.lac == 649 and state.last_entry_id == 649
+    finally:
+        await recovered.stop()
+
+
+async def test_torn_journal_tail_is_ignored(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    storage = BookieStorage(config)
+    await storage.start()
+    await add_ok(storage, *[entry(9, i) for i in range(10)])
+    # Crash; then tear the last record in half, as a power cut mid-write would.
+    last = Path(config.journal_dir) / f"{list_journals(Path(config.journal_dir))[-1]:016x}.txn"
+    size = last.stat().st_size
+    with open(last, "r+b") as handle:
+        handle.truncate(size - 10)
+
+    recovered = BookieStorage(make_config(tmp_path))
+    await recovered.start()
+    try:
+        for i in range(9):
+            assert (await recovered.read_entry(9, i))[0] == entry(9, i)
+        with pytest.raises(NoSuchEntryError):
+            await recovered.read_entry(9, 9)
+        # The bookie keeps working after the torn tail.
+        await add_ok(recovered, entry(9, 9))
+        assert (await recovered.read_entry(9, 9))[0] == entry(9, 9)
+    finally:
+        await recovered.stop()
+
+
+async def test_entry_log_rotation_and_index_across_restarts(tmp_path: Path) -> None:
+    config = make_config(tmp_path, entry_log_size_limit=64 * 1024)
+    storage = BookieStorage(config)
+    await storage.start()
+    written = {}
+    for ledger in (10, 11, 12):
+        for i in range(40):
+            written[(ledger, i)] = entry(ledger, i, os.urandom(1500))
+    await add_ok(storage, *written.values())
+    await storage.stop()
+    logs = list((Path(config.ledger_dir) / "logs").glob("*.log"))
+    assert len(logs) >= 3
+
+    reopened = BookieStorage(make_config(tmp_path, entry_log_size_limit=64 * 1024))
+    await reopened.start()
+    try:
+        for (ledger, i), raw in written.items():
+            assert (await reopened.read_entry(ledger, i))[0] == raw
+    finally:
+        await reopened.stop()
+
+
+async def test_corrupt_entry_log_record_is_never_served(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    storage = BookieStorage(config)
+    await storage.start()
+    entries = [entry(13, i, b"P" * 100) for i in range(3)]
+    await add_ok(storage, *entries)
+    await storage.stop()
+    log_file = sorted((Path(config.ledger_dir) / "logs").glob("*.log"))[-1]
+    data = bytearray(log_file.read_bytes())
+    second = data.find(entries[1])
+    data[second + HEADER_SIZE + 5] ^= 0xFF  # flip a payload byte of entry 1
+    log_file.write_bytes(bytes(data))
+
+    reopened = BookieStorage(make_config(tmp_path))
+    await reopened.start()
+    try:
+        with pytest.raises(DigestMismatchError):
+            await reopened.read_entry(13, 1)
+        assert (await reopened.read_entry(13, 0))[0] == entries[0]
+        assert (await reopened.read_entry(13, 2))[0] == entries[2]
+    finally:
+        await reopened.stop()
+
+
+async def test_full_journal_disk_fails_adds_and_turns_read_only(
+    storage: BookieStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await add_ok(storage, entry(14, 0))
+
+    class FullDisk:
+        """``os`` as seen by the journal, except that writes hit ENOSPC."""
+
+        def __getattr__(self, name: str):
+            return getattr(os, name)
+
+        @staticmethod
+        def write(fd: int, data: bytes) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(journal_module, "os", FullDisk())
+    (failed,) = await add(storage, entry(14, 1))
+    assert isinstance(failed, DiskFullError)
+    assert storage.read_only
+    (refused,) = await add(storage, entry(14, 2))
+    assert isinstance(refused, BookieReadOnlyError)
+    # Reads keep working, and once space is back and the bookie writable, adds resume.
+    assert (await storage.read_entry(14, 0))[0] == entry(14, 0)
+    monkeypatch.setattr(journal_module, "os", os)
+    storage.read_only = False
+    await add_ok(storage, entry(14, 1))
+    assert (await storage.read_entry(14, 1))[0] == entry(14, 1)
