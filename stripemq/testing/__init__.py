@@ -1,0 +1,1 @@
+"""Helpers that start real infrastructure (ZooKeeper, ...) for tests and benchmarks."""
