@@ -36,7 +36,10 @@ KEY = b"master-key"
 
 
 def make_config(tmp_path: Path, **overrides: object) -> BookieConfig:
-    settings: dict[str, object] = {"data_dir": str(tmp_path / "bookie"), "flush_interval_ms": 600_000}
+    settings: dict[str, object] = {
+        "data_dir": str(tmp_path / "bookie"),
+        "flush_interval_ms": 600_000,
+    }
     settings.update(overrides)
     return BookieConfig(**settings)  # type: ignore[arg-type]
 

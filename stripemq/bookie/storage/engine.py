@@ -308,7 +308,9 @@ class BookieStorage:
         await self._maybe_flush()
         return results
 
-    async def _prepare_add(self, op: AddOp, records: list[bytes]) -> tuple[EntryHeader, LedgerState]:
+    async def _prepare_add(
+        self, op: AddOp, records: list[bytes]
+    ) -> tuple[EntryHeader, LedgerState]:
         """Validate one add and apply it to the memtable; queue its journal records."""
         self._writable()
         if len(op.entry) > self.config.max_entry_size + HEADER_SIZE:
@@ -404,20 +406,20 @@ class BookieStorage:
         elif entry_id < 0:
             raise InvalidEntryError(f"invalid entry id {entry_id}")
         if long_poll_timeout_ms > 0 and entry_id > state.lac:
-            timeout = min(long_poll_timeout_ms, self.config.max_long_poll_timeout_ms) / 1000
-            await self._wait_for_lac(state, entry_id, timeout)
+            timeout_s = min(long_poll_timeout_ms, self.config.max_long_poll_timeout_ms) / 1000
+            await self._wait_for_lac(state, entry_id, timeout_s)
         entry = await self._read_stored(ledger_id, entry_id)
         return entry, state
 
-    async def _wait_for_lac(self, state: LedgerState, entry_id: int, timeout: float) -> None:
+    async def _wait_for_lac(self, state: LedgerState, entry_id: int, wait_s: float) -> None:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        deadline = loop.time() + wait_s
         while state.lac < entry_id:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise ReadTimeoutError(
                     f"LAC of ledger {state.ledger_id} is {state.lac}; entry {entry_id} "
-                    f"not confirmed within {timeout:.3f}s"
+                    f"not confirmed within {wait_s:.3f}s"
                 )
             if state.lac_changed is None:
                 state.lac_changed = asyncio.Event()
@@ -550,7 +552,5 @@ class BookieStorage:
         interval = self.config.flush_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
-            if self.memtable.active_bytes or any(
-                s.header_dirty for s in self._ledgers.values()
-            ):
+            if self.memtable.active_bytes or any(s.header_dirty for s in self._ledgers.values()):
                 await self._flush_in_background()

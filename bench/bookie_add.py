@@ -1,0 +1,152 @@
+"""Add throughput and latency of one bookie process, fsync on, from one pipelined client.
+
+Prints progress to stderr and one JSON object on the last line of stdout:
+``{"bench": "bookie_add", "fsync_per_s": ..., "rss_mb": ..., "results": [...]}`` with one
+row per entry size (``entry_bytes``, ``adds_per_s``, ``mb_per_s``, ``p50_ms``, ``p99_ms``).
+``fsync_per_s`` is this disk's own rate of 4 KiB write + fdatasync, measured in the bookie's
+data directory, so the figures can be compared across machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+from stripemq.bookie.bookie_client import BookieClient
+from stripemq.proto.entry import encode_entry
+from stripemq.testing.bookie import BookieProcess
+
+KEY = b"bench"
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def measure_fsync_rate(directory: Path, seconds: float = 2.0) -> float:
+    """Sequential 4 KiB appends, each followed by fdatasync: the disk's durable-write rate."""
+    path = directory / "fsync-probe"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+    block = os.urandom(4096)
+    count = 0
+    start = time.perf_counter()
+    try:
+        while time.perf_counter() - start < seconds:
+            os.write(fd, block)
+            os.fdatasync(fd)
+            count += 1
+    finally:
+        os.close(fd)
+        path.unlink()
+    return count / (time.perf_counter() - start)
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+async def run_size(
+    client: BookieClient, ledger_id: int, entry_bytes: int, seconds: float, window_bytes: int
+) -> dict[str, float]:
+    """Keep a window of adds in flight for ``seconds``; return rates and latencies."""
+    loop = asyncio.get_running_loop()
+    payload = os.urandom(entry_bytes)
+    window = max(8, min(5000, window_bytes // max(entry_bytes, 1)))
+    latencies: list[float] = []
+    inflight: set[asyncio.Future] = set()
+    slot = asyncio.Event()
+    next_id = 0
+    done_bytes = 0
+
+    def completed(sent_at: float, future: asyncio.Future) -> None:
+        nonlocal done_bytes
+        inflight.discard(future)
+        if future.exception() is not None:
+            raise future.exception()  # type: ignore[misc]
+        latencies.append((loop.time() - sent_at) * 1000)
+        done_bytes += entry_bytes
+        slot.set()
+
+    start = loop.time()
+    deadline = start + seconds
+    while loop.time() < deadline:
+        while len(inflight) < window:
+            entry = encode_entry(ledger_id, next_id, next_id - 1, payload)
+            future = client.add_entry(KEY, entry)
+            sent_at = loop.time()
+            future.add_done_callback(lambda f, t=sent_at: completed(t, f))
+            inflight.add(future)
+            next_id += 1
+        slot.clear()
+        await slot.wait()
+    await asyncio.gather(*inflight)
+    elapsed = loop.time() - start
+    return {
+        "entry_bytes": entry_bytes,
+        "adds": len(latencies),
+        "adds_per_s": round(len(latencies) / elapsed, 1),
+        "mb_per_s": round(done_bytes / elapsed / 1e6, 2),
+        "p50_ms": round(statistics.median(latencies), 3),
+        "p99_ms": round(percentile(latencies, 0.99), 3),
+        "window": window,
+    }
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=8.0, help="per entry size")
+    parser.add_argument("--sizes", default="100,1024,65536")
+    parser.add_argument("--window-bytes", type=int, default=16 * 1024 * 1024)
+    parser.add_argument("--data-dir", help="where the bookie keeps its data (default: a temp dir)")
+    args = parser.parse_args()
+
+    base = Path(args.data_dir or tempfile.mkdtemp(prefix="stripemq-bench-"))
+    base.mkdir(parents=True, exist_ok=True)
+    progress(f"measuring fsync rate in {base} ...")
+    fsync_rate = measure_fsync_rate(base)
+    progress(f"fsync_per_s = {fsync_rate:.0f}")
+
+    bookie = BookieProcess(f"local://{base / 'metadata'}", base / "bookie")
+    await bookie.start()
+    assert bookie.proc is not None
+    proc = psutil.Process(bookie.proc.pid)
+    client = BookieClient(bookie.address)
+    await client.connect()
+    rows, peak_rss = [], 0
+    try:
+        for ledger_id, size in enumerate(int(s) for s in args.sizes.split(",")):
+            progress(f"{size} B entries for {args.seconds}s ...")
+            row = await run_size(client, ledger_id + 1, size, args.seconds, args.window_bytes)
+            peak_rss = max(peak_rss, proc.memory_info().rss)
+            row["x_fsync_rate"] = round(row["adds_per_s"] / fsync_rate, 1)
+            progress(json.dumps(row))
+            rows.append(row)
+        info = await client.get_info()
+    finally:
+        await client.close()
+        bookie.terminate()
+    print(
+        json.dumps(
+            {
+                "bench": "bookie_add",
+                "fsync_per_s": round(fsync_rate, 1),
+                "rss_mb": round(peak_rss / 1e6, 1),
+                "journal_fsyncs": info.journal_fsyncs,
+                "results": rows,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

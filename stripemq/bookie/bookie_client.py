@@ -1,0 +1,228 @@
+"""``BookieClient``: one gRPC connection to one bookie, with pipelined, batched adds.
+
+Adds queued while a request is being sent travel together in the next ``AddRequest``, so a
+busy writer sends few large messages and an idle one sends each add at once. Results come
+back in any order and resolve the matching futures. The ledger client (replication, striping)
+is built on this.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections import deque
+from dataclasses import dataclass
+
+import grpc
+
+from stripemq.errors import BookieError, BookieUnavailableError, bookie_error_from_code
+from stripemq.proto import bookie_pb2 as pb
+from stripemq.proto import bookie_pb2_grpc as pb_grpc
+from stripemq.proto.entry import verify_entry
+
+log = logging.getLogger(__name__)
+
+CLIENT_OPTIONS = [
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+]
+
+
+@dataclass(frozen=True)
+class LacInfo:
+    lac: int
+    last_entry_id: int
+    fenced: bool
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    entry: bytes  # verified wire/disk form
+    lac: int
+    fenced: bool
+
+
+def _error_from_rpc(exc: grpc.aio.AioRpcError, address: str) -> BookieError:
+    """Rebuild the typed error from a failed unary call."""
+    for key, value in exc.trailing_metadata() or ():
+        if key == "bk-code":
+            return bookie_error_from_code(int(value), exc.details() or "")
+    return BookieUnavailableError(f"bookie {address}: {exc.code().name}: {exc.details()}")
+
+
+class BookieClient:
+    """Async client of one bookie. Create, ``await connect()``, use, ``await close()``."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        max_batch_bytes: int = 1024 * 1024,
+        max_batch_entries: int = 1000,
+        timeout: float = 30.0,
+    ) -> None:
+        self.address = address
+        self.max_batch_bytes = max_batch_bytes
+        self.max_batch_entries = max_batch_entries
+        self.timeout = timeout
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: pb_grpc.BookieStub | None = None
+        self._ids = itertools.count(1)
+        self._queue: deque[tuple[pb.AddEntryOp, int]] = deque()
+        self._pending: dict[int, asyncio.Future[tuple[int, int]]] = {}
+        self._wakeup = asyncio.Event()
+        self._stream: grpc.aio.StreamStreamCall | None = None
+        self._sender: asyncio.Task[None] | None = None
+        self._receiver: asyncio.Task[None] | None = None
+        self._closed = False
+
+    async def connect(self) -> None:
+        self._channel = grpc.aio.insecure_channel(self.address, options=CLIENT_OPTIONS)
+        self._stub = pb_grpc.BookieStub(self._channel)
+
+    async def close(self) -> None:
+        self._closed = True
+        self._fail_all(BookieUnavailableError(f"client of {self.address} closed"))
+        for task in (self._sender, self._receiver):
+            if task is not None:
+                task.cancel()
+        if self._channel is not None:
+            await self._channel.close()
+
+    # ------------------------------------------------------------------ adds
+
+    def add_entry(
+        self, master_key: bytes, entry: bytes, *, recovery_add: bool = False
+    ) -> asyncio.Future[tuple[int, int]]:
+        """Queue an add; the future gives ``(ledger_id, entry_id)`` once durable there."""
+        if self._closed:
+            raise BookieUnavailableError(f"client of {self.address} is closed")
+        request_id = next(self._ids)
+        future: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        op = pb.AddEntryOp(
+            request_id=request_id, master_key=master_key, entry=entry, recovery_add=recovery_add
+        )
+        self._queue.append((op, len(entry)))
+        self._wakeup.set()
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.create_task(self._send_loop())
+        return future
+
+    async def _open_stream(self) -> grpc.aio.StreamStreamCall:
+        assert self._stub is not None
+        stream = self._stub.AddEntry()
+        self._stream = stream
+        self._receiver = asyncio.create_task(self._receive_loop(stream))
+        return stream
+
+    async def _send_loop(self) -> None:
+        stream = self._stream
+        while not self._closed:
+            if not self._queue:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            batch, size = [], 0
+            while self._queue and len(batch) < self.max_batch_entries:
+                op, op_size = self._queue[0]
+                if batch and size + op_size > self.max_batch_bytes:
+                    break
+                self._queue.popleft()
+                batch.append(op)
+                size += op_size
+            try:
+                if stream is None or stream.done():
+                    stream = await self._open_stream()
+                await stream.write(pb.AddRequest(ops=batch))
+            except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError) as exc:
+                error = BookieUnavailableError(f"bookie {self.address}: add stream broke: {exc}")
+                for op in batch:
+                    self._resolve(op.request_id, error)
+                stream = None
+
+    async def _receive_loop(self, stream: grpc.aio.StreamStreamCall) -> None:
+        try:
+            while True:
+                response = await stream.read()
+                if response is grpc.aio.EOF:
+                    break
+                for result in response.results:
+                    if result.code == 0:
+                        self._resolve(result.request_id, (result.ledger_id, result.entry_id))
+                    else:
+                        self._resolve(
+                            result.request_id, bookie_error_from_code(result.code, result.message)
+                        )
+            error = BookieUnavailableError(f"bookie {self.address} closed the add stream")
+        except grpc.aio.AioRpcError as exc:
+            error = BookieUnavailableError(f"bookie {self.address}: {exc.code().name}")
+        except asyncio.CancelledError:
+            return
+        if self._stream is stream:
+            self._stream = None
+        # Adds sent on this stream will never be answered now.
+        self._fail_all(error, keep_queued=True)
+
+    def _resolve(self, request_id: int, outcome: tuple[int, int] | BookieError) -> None:
+        future = self._pending.pop(request_id, None)
+        if future is None or future.done():
+            return
+        if isinstance(outcome, BookieError):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
+
+    def _fail_all(self, error: BookieError, keep_queued: bool = False) -> None:
+        queued = {op.request_id for op, _ in self._queue} if keep_queued else set()
+        if not keep_queued:
+            self._queue.clear()
+        for request_id in [r for r in self._pending if r not in queued]:
+            self._resolve(request_id, error)
+
+    # ------------------------------------------------------------------ unary calls
+
+    async def _call(self, method, request):  # type: ignore[no-untyped-def]
+        if self._stub is None:
+            raise BookieUnavailableError(f"client of {self.address} is not connected")
+        try:
+            return await method(request, timeout=self.timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise _error_from_rpc(exc, self.address) from None
+
+    async def read_entry(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        *,
+        fence: bool = False,
+        master_key: bytes = b"",
+        long_poll_timeout_ms: int = 0,
+    ) -> ReadResult:
+        """Read one entry (``-1``: the last one held); its digest is verified here too."""
+        assert self._stub is not None
+        request = pb.ReadRequest(
+            ledger_id=ledger_id,
+            entry_id=entry_id,
+            fence=fence,
+            master_key=master_key,
+            long_poll_timeout_ms=long_poll_timeout_ms,
+        )
+        response = await self._call(self._stub.ReadEntry, request)
+        verify_entry(response.entry)
+        return ReadResult(response.entry, response.lac, response.fenced)
+
+    async def read_lac(self, ledger_id: int) -> LacInfo:
+        assert self._stub is not None
+        response = await self._call(self._stub.ReadLac, pb.ReadLacRequest(ledger_id=ledger_id))
+        return LacInfo(response.lac, response.last_entry_id, response.fenced)
+
+    async def write_lac(self, ledger_id: int, master_key: bytes, lac: int) -> None:
+        assert self._stub is not None
+        request = pb.WriteLacRequest(ledger_id=ledger_id, master_key=master_key, lac=lac)
+        await self._call(self._stub.WriteLac, request)
+
+    async def get_info(self) -> pb.GetInfoResponse:
+        assert self._stub is not None
+        return await self._call(self._stub.GetInfo, pb.GetInfoRequest())

@@ -1,0 +1,258 @@
+"""The bookie process: gRPC service over ``BookieStorage``, registration, disk monitor.
+
+A client's bytes can make a request fail, never the bookie: every handler turns storage errors
+into a typed answer (a per-entry code on the add stream, a gRPC status plus the BookKeeper code
+in the ``bk-code`` trailer for unary calls) and unexpected exceptions into ``INTERNAL``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+import grpc
+
+from stripemq.bookie.config import BookieConfig
+from stripemq.bookie.disk import DiskUsagePolicy, fullest_disk
+from stripemq.bookie.registration import BookieRegistration
+from stripemq.bookie.storage.engine import AddOp, BookieStorage
+from stripemq.errors import BookieError, InvalidEntryError
+from stripemq.metadata import MetadataStore, create_metadata_store
+from stripemq.proto import bookie_pb2 as pb
+from stripemq.proto import bookie_pb2_grpc as pb_grpc
+from stripemq.proto.entry import EntryHeader
+
+log = logging.getLogger(__name__)
+
+# A request may carry a full 5 MiB entry plus framing; batches are bounded by the client.
+GRPC_MAX_MESSAGE = 64 * 1024 * 1024
+GRPC_OPTIONS = [
+    ("grpc.max_receive_message_length", GRPC_MAX_MESSAGE),
+    ("grpc.max_send_message_length", GRPC_MAX_MESSAGE),
+    ("grpc.so_reuseport", 0),
+]
+# Add requests one stream may have in progress before the bookie stops reading from it.
+MAX_INFLIGHT_REQUESTS_PER_STREAM = 256
+
+
+class BookieService(pb_grpc.BookieServicer):
+    """Maps the gRPC calls onto ``BookieStorage``."""
+
+    def __init__(self, storage: BookieStorage, config: BookieConfig) -> None:
+        self.storage = storage
+        self.config = config
+
+    async def AddEntry(
+        self, request_iterator: AsyncIterator[pb.AddRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.AddResponse]:
+        responses: asyncio.Queue[pb.AddResponse | None] = asyncio.Queue()
+        permits = asyncio.Semaphore(MAX_INFLIGHT_REQUESTS_PER_STREAM)
+        tasks: set[asyncio.Task[None]] = set()
+
+        async def handle(request: pb.AddRequest) -> None:
+            try:
+                await responses.put(await self._add(request))
+            finally:
+                permits.release()
+
+        async def read_requests() -> None:
+            try:
+                async for request in request_iterator:
+                    await permits.acquire()
+                    task = asyncio.create_task(handle(request))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                if tasks:
+                    await asyncio.gather(*tasks, return_exceptions=True)
+            finally:
+                await responses.put(None)
+
+        reader = asyncio.create_task(read_requests())
+        try:
+            while (response := await responses.get()) is not None:
+                yield response
+        finally:
+            reader.cancel()
+            for task in tasks:
+                task.cancel()
+
+    async def _add(self, request: pb.AddRequest) -> pb.AddResponse:
+        ops = [AddOp(op.entry, op.master_key, op.recovery_add) for op in request.ops]
+        try:
+            results = await self.storage.add_entries(ops)
+        except Exception as exc:  # never let one request kill the stream
+            log.exception("unexpected failure adding %d entries", len(ops))
+            error = BookieError(f"internal error: {exc}")
+            results = [error] * len(ops)
+        response = pb.AddResponse()
+        for op, result in zip(request.ops, results, strict=True):
+            out = response.results.add(request_id=op.request_id)
+            if isinstance(result, EntryHeader):
+                out.ledger_id, out.entry_id = result.ledger_id, result.entry_id
+            else:
+                out.code, out.message = result.bk_code, str(result)
+                if not isinstance(result, InvalidEntryError):
+                    log.debug("add %d refused: %s", op.request_id, result)
+        return response
+
+    async def ReadEntry(
+        self, request: pb.ReadRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReadResponse:
+        async def read() -> pb.ReadResponse:
+            if request.fence:
+                await self.storage.fence(request.ledger_id, request.master_key)
+            entry, state = await self.storage.read_entry(
+                request.ledger_id, request.entry_id, request.long_poll_timeout_ms
+            )
+            return pb.ReadResponse(entry=entry, lac=state.lac, fenced=state.fenced)
+
+        return await _answer(context, read())
+
+    async def ReadLac(
+        self, request: pb.ReadLacRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReadLacResponse:
+        async def read_lac() -> pb.ReadLacResponse:
+            state = await self.storage.ledger_state(request.ledger_id)
+            return pb.ReadLacResponse(
+                lac=state.lac, last_entry_id=state.last_entry_id, fenced=state.fenced
+            )
+
+        return await _answer(context, read_lac())
+
+    async def WriteLac(
+        self, request: pb.WriteLacRequest, context: grpc.aio.ServicerContext
+    ) -> pb.WriteLacResponse:
+        async def write_lac() -> pb.WriteLacResponse:
+            await self.storage.write_lac(request.ledger_id, request.master_key, request.lac)
+            return pb.WriteLacResponse()
+
+        return await _answer(context, write_lac())
+
+    async def GetInfo(
+        self, request: pb.GetInfoRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetInfoResponse:
+        async def info() -> pb.GetInfoResponse:
+            usage = await asyncio.to_thread(
+                fullest_disk, [self.config.journal_dir, self.config.ledger_dir]
+            )
+            return pb.GetInfoResponse(
+                bookie_id=self.config.bookie_id,
+                read_only=self.storage.read_only,
+                total_disk_bytes=usage.total_bytes,
+                free_disk_bytes=usage.free_bytes,
+                journal_fsyncs=self.storage.journal.fsync_count,
+                entries_added=self.storage.entries_added,
+                memtable_bytes=self.storage.memtable.size_bytes,
+                rack=self.config.rack or "",
+            )
+
+        return await _answer(context, info())
+
+
+async def _answer(context: grpc.aio.ServicerContext, work):  # type: ignore[no-untyped-def]
+    """Run a unary handler, turning errors into a gRPC status with the ``bk-code`` trailer."""
+    try:
+        return await work
+    except BookieError as exc:
+        context.set_trailing_metadata((("bk-code", str(exc.bk_code)),))
+        await context.abort(exc.grpc_status, str(exc))
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        log.exception("unexpected failure in a unary call")
+        context.set_trailing_metadata((("bk-code", str(BookieError.bk_code)),))
+        await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {exc}")
+
+
+class BookieServer:
+    """One bookie: storage, the gRPC server, registration and the disk monitor."""
+
+    def __init__(self, config: BookieConfig, store: MetadataStore | None = None) -> None:
+        self.config = config
+        self.storage = BookieStorage(config)
+        self._shared_store = store
+        self._server: grpc.aio.Server | None = None
+        self.registration: BookieRegistration | None = None
+        self._monitor: asyncio.Task[None] | None = None
+        self._policy = DiskUsagePolicy(config.disk_usage_threshold, config.disk_usage_lwm_threshold)
+
+    @property
+    def bookie_id(self) -> str:
+        return self.config.bookie_id
+
+    async def start(self) -> None:
+        """Recover storage, listen, then register (so a registered bookie always answers)."""
+        await self.storage.start()
+        server = grpc.aio.server(options=GRPC_OPTIONS)
+        pb_grpc.add_BookieServicer_to_server(BookieService(self.storage, self.config), server)
+        port = server.add_insecure_port(f"{self.config.bookie_host}:{self.config.bookie_port}")
+        if port == 0:
+            raise OSError(f"cannot listen on {self.config.bookie_host}:{self.config.bookie_port}")
+        self.config.bookie_port = port
+        await server.start()
+        self._server = server
+        usage = await asyncio.to_thread(fullest_disk, self._disk_paths())
+        self.storage.read_only = self._policy.read_only_after(False, usage.fraction)
+        self.registration = BookieRegistration(
+            self._make_store, self.bookie_id, {"rack": self.config.rack}
+        )
+        await self.registration.start(read_only=self.storage.read_only)
+        self._monitor = asyncio.create_task(self._watch_disks(), name="bookie-disk-monitor")
+        log.info(
+            "bookie %s serving (journal %s, ledgers %s)%s",
+            self.bookie_id,
+            self.config.journal_dir,
+            self.config.ledger_dir,
+            " read-only" if self.storage.read_only else "",
+        )
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Clean shutdown: unregister, finish in-flight calls, checkpoint, close."""
+        if self._monitor is not None:
+            self._monitor.cancel()
+        if self.registration is not None:
+            await self.registration.stop()
+        if self._server is not None:
+            await self._server.stop(grace)
+        await self.storage.stop()
+        log.info("bookie %s stopped", self.bookie_id)
+
+    async def _make_store(self) -> MetadataStore:
+        if self._shared_store is not None:
+            return _Unclosable(self._shared_store)  # type: ignore[return-value]
+        store = create_metadata_store(self.config.metadata_service_uri)
+        await store.start()
+        return store
+
+    def _disk_paths(self) -> list[str]:
+        return [self.config.journal_dir, self.config.ledger_dir]
+
+    async def _watch_disks(self) -> None:
+        interval = self.config.disk_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                usage = await asyncio.to_thread(fullest_disk, self._disk_paths())
+                # The journal may also have turned us read-only on ENOSPC; reconcile both.
+                read_only = self._policy.read_only_after(self.storage.read_only, usage.fraction)
+                self.storage.read_only = read_only
+                assert self.registration is not None
+                await self.registration.set_read_only(read_only)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("disk check failed")
+
+
+class _Unclosable:
+    """Lends a store owned by someone else (standalone) without letting us close it."""
+
+    def __init__(self, store: MetadataStore) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self._store, name)
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,120 @@
+"""``stripemq`` entry point: ``standalone`` and ``bookie`` (more roles come with their issues)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from stripemq.bookie.config import BookieConfig
+from stripemq.bookie.server import BookieServer
+from stripemq.config import load_config, parse_overrides
+from stripemq.errors import StripeMQError
+from stripemq.metadata import create_metadata_store
+
+log = logging.getLogger("stripemq.cli")
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--conf", help="TOML file of settings")
+    parser.add_argument(
+        "-c",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one setting (repeatable)",
+    )
+    parser.add_argument("--log-level", default="INFO")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="stripemq", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    standalone = sub.add_parser(
+        "standalone", help="embedded metadata store and one bookie in one process"
+    )
+    standalone.add_argument("--data-dir", default="data/standalone", type=os.path.abspath)
+    standalone.add_argument("--bookie-port", type=int, default=3181)
+    _add_common(standalone)
+
+    bookie = sub.add_parser("bookie", help="run a bookie (storage node)")
+    bookie.add_argument("--metadata", help="metadata service URL, e.g. zk://127.0.0.1:2181/")
+    bookie.add_argument("--port", type=int, help="gRPC port (default 3181)")
+    bookie.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    bookie.add_argument("--data-dir", help="journal and ledger storage directory")
+    bookie.add_argument("--rack", help="rack label used by rack-aware placement")
+    _add_common(bookie)
+    return parser
+
+
+def _bookie_config(args: argparse.Namespace) -> BookieConfig:
+    overrides: dict[str, object] = {}
+    for option, setting in (
+        ("metadata", "metadata_service_uri"),
+        ("port", "bookie_port"),
+        ("host", "bookie_host"),
+        ("data_dir", "data_dir"),
+        ("rack", "rack"),
+    ):
+        value = getattr(args, option, None)
+        if value is not None:
+            overrides[setting] = value
+    overrides.update(parse_overrides(args.overrides))
+    return load_config(BookieConfig, args.conf, overrides)
+
+
+async def _serve_until_signalled(server: BookieServer, cleanup=None) -> None:  # type: ignore[no-untyped-def]
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await server.start()
+    await stop.wait()
+    log.info("signal received; shutting down cleanly")
+    await server.stop()
+    if cleanup is not None:
+        await cleanup()
+
+
+async def _run_bookie(args: argparse.Namespace) -> None:
+    await _serve_until_signalled(BookieServer(_bookie_config(args)))
+
+
+async def _run_standalone(args: argparse.Namespace) -> None:
+    data_dir = Path(args.data_dir)
+    metadata_url = f"local://{data_dir / 'metadata'}"
+    store = create_metadata_store(metadata_url)
+    await store.start()
+    overrides: dict[str, object] = {
+        "metadata_service_uri": metadata_url,
+        "bookie_port": args.bookie_port,
+        "data_dir": str(data_dir / "bookie"),
+    }
+    overrides.update(parse_overrides(args.overrides))
+    config = load_config(BookieConfig, args.conf, overrides)
+    server = BookieServer(config, store=store)
+    log.info("standalone: metadata %s, bookie on %s", metadata_url, config.bookie_id)
+    await _serve_until_signalled(server, cleanup=store.close)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    runners = {"standalone": _run_standalone, "bookie": _run_bookie}
+    try:
+        asyncio.run(runners[args.command](args))
+    except StripeMQError as exc:
+        log.error("%s", exc)
+        sys.exit(2)
+    except OSError as exc:
+        log.error("%s", exc)
+        sys.exit(1)

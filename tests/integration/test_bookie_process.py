@@ -1,0 +1,337 @@
+"""Real bookie processes against a real ZooKeeper: crashes, restarts, fencing, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import grpc
+import pytest
+
+from stripemq.bookie.bookie_client import BookieClient
+from stripemq.errors import (
+    BookieReadOnlyError,
+    BookieUnavailableError,
+    DigestMismatchError,
+    DiskFullError,
+    InvalidEntryError,
+    LedgerFencedError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+    UnauthorizedAccessError,
+)
+from stripemq.metadata import create_metadata_store
+from stripemq.proto import bookie_pb2 as pb
+from stripemq.proto import bookie_pb2_grpc as pb_grpc
+from stripemq.proto.entry import encode_entry
+from stripemq.testing.bookie import BookieProcess, free_port
+
+pytestmark = pytest.mark.integration
+
+KEY = b"writer-key"
+BookieFactory = Callable[..., BookieProcess]
+
+
+@pytest.fixture
+def metadata_url(zookeeper_server) -> str:  # type: ignore[no-untyped-def]
+    return zookeeper_server.url(f"/bk-{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture
+def make_bookie(tmp_path: Path, metadata_url: str):  # type: ignore[no-untyped-def]
+    started: list[BookieProcess] = []
+
+    def factory(name: str = "b0", **settings: object) -> BookieProcess:
+        proc = BookieProcess(metadata_url, tmp_path / name, settings=settings)
+        started.append(proc)
+        return proc
+
+    yield factory
+    for proc in started:
+        proc.kill()
+
+
+@pytest.fixture
+async def metadata(metadata_url: str) -> AsyncIterator:
+    store = create_metadata_store(metadata_url)
+    await store.start()
+    yield store
+    await store.close()
+
+
+async def connected(address: str) -> BookieClient:
+    client = BookieClient(address, timeout=10.0)
+    await client.connect()
+    return client
+
+
+def payload(ledger: int, entry_id: int) -> bytes:
+    return f"ledger {ledger} entry {entry_id} ".encode() * 8
+
+
+def make_entry(ledger: int, entry_id: int) -> bytes:
+    return encode_entry(ledger, entry_id, entry_id - 1, payload(ledger, entry_id))
+
+
+async def wait_until(predicate, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await predicate():
+        if loop.time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.05)
+
+
+async def test_sigkill_while_streaming_loses_no_acknowledged_entry(
+    make_bookie: BookieFactory,
+) -> None:
+    bookie = make_bookie()
+    await bookie.start()
+    client = await connected(bookie.address)
+    acknowledged: set[int] = set()
+    failures: list[BaseException] = []
+    inflight: set[asyncio.Future] = set()
+
+    def settle(entry_id: int, future: asyncio.Future) -> None:
+        inflight.discard(future)
+        if future.exception() is None:
+            acknowledged.add(entry_id)
+        else:
+            failures.append(future.exception())
+
+    next_id, killed = 0, False
+    while not killed or inflight:
+        if not killed and len(acknowledged) >= 5_000:
+            bookie.kill()  # mid-stream: up to 2,000 adds are in flight
+            killed = True
+        if not killed and len(inflight) < 2_000:
+            future = client.add_entry(KEY, make_entry(1, next_id))
+            future.add_done_callback(lambda f, e=next_id: settle(e, f))
+            inflight.add(future)
+            next_id += 1
+            if next_id % 200 == 0:
+                await asyncio.sleep(0)
+        else:
+            await asyncio.wait(set(inflight), return_when=asyncio.FIRST_COMPLETED)
+    assert failures, "the kill must land in the middle of the stream"
+    assert all(isinstance(f, BookieUnavailableError) for f in failures)
+    await client.close()
+
+    await bookie.start()
+    reader = await connected(bookie.address)
+    try:
+        for entry_id in sorted(acknowledged):
+            result = await reader.read_entry(1, entry_id)
+            assert result.entry == make_entry(1, entry_id)
+    finally:
+        await reader.close()
+
+
+async def test_clean_stop_unregisters_and_restart_keeps_data(
+    make_bookie: BookieFactory, metadata
+) -> None:  # type: ignore[no-untyped-def]
+    bookie = make_bookie()
+    await bookie.start()
+    path = f"/ledgers/available/{bookie.address}"
+    found = await metadata.get(path)
+    assert found is not None and json.loads(found[0])["read_only"] is False
+    client = await connected(bookie.address)
+    await asyncio.gather(*(client.add_entry(KEY, make_entry(2, i)) for i in range(500)))
+    await client.close()
+
+    assert bookie.terminate() == 0
+    assert await metadata.exists(path) is None
+    journals = list((bookie.data_dir / "journal").glob("*.txn"))
+    assert len(journals) == 1  # the clean stop checkpointed and trimmed the journal
+
+    await bookie.start()
+    client = await connected(bookie.address)
+    try:
+        lac = await client.read_lac(2)
+        assert (lac.lac, lac.last_entry_id) == (498, 499)
+        for i in range(500):
+            assert (await client.read_entry(2, i)).entry == make_entry(2, i)
+        assert await metadata.exists(path) is not None
+    finally:
+        await client.close()
+
+
+async def test_fencing_survives_a_crash(make_bookie: BookieFactory) -> None:
+    bookie = make_bookie()
+    await bookie.start()
+    client = await connected(bookie.address)
+    await asyncio.gather(*(client.add_entry(KEY, make_entry(3, i)) for i in range(10)))
+    with pytest.raises(UnauthorizedAccessError):
+        await client.read_entry(3, -1, fence=True, master_key=b"not-the-key")
+    fenced = await client.read_entry(3, -1, fence=True, master_key=KEY)
+    assert fenced.fenced and fenced.entry == make_entry(3, 9)
+    await client.close()
+    bookie.kill()
+
+    await bookie.start()
+    client = await connected(bookie.address)
+    try:
+        assert (await client.read_lac(3)).fenced
+        with pytest.raises(LedgerFencedError):
+            await client.add_entry(KEY, make_entry(3, 10))
+        # Recovery adds (re-replication by the new owner) still go through.
+        await client.add_entry(KEY, make_entry(3, 10), recovery_add=True)
+    finally:
+        await client.close()
+
+
+async def test_bad_requests_get_typed_errors_and_the_bookie_keeps_serving(
+    make_bookie: BookieFactory,
+) -> None:
+    bookie = make_bookie(max_entry_size=4096)
+    await bookie.start()
+    client = await connected(bookie.address)
+    try:
+        with pytest.raises(NoSuchLedgerError):
+            await client.read_entry(999, 0)
+        await client.add_entry(KEY, make_entry(4, 0))
+        with pytest.raises(NoSuchEntryError):
+            await client.read_entry(4, 7)
+        with pytest.raises(InvalidEntryError):
+            await client.add_entry(KEY, b"\x00" * 10)
+        corrupt = bytearray(make_entry(4, 1))
+        corrupt[-2] ^= 0x55
+        with pytest.raises(DigestMismatchError):
+            await client.add_entry(KEY, bytes(corrupt))
+        from stripemq.errors import EntryTooLargeError
+
+        with pytest.raises(EntryTooLargeError):
+            await client.add_entry(KEY, encode_entry(4, 1, 0, b"z" * 10_000))
+        with pytest.raises(UnauthorizedAccessError):
+            await client.add_entry(b"thief", make_entry(4, 1))
+        # A raw request that is not even a protobuf message: the call fails, the bookie lives.
+        channel = grpc.aio.insecure_channel(bookie.address)
+        raw = channel.unary_unary("/stripemq.bookie.Bookie/ReadEntry")
+        with pytest.raises(grpc.aio.AioRpcError):
+            await raw(b"\xff\xff\xff\xff\x0f garbage", timeout=5)
+        stub = pb_grpc.BookieStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as missing:
+            await stub.ReadEntry(pb.ReadRequest(ledger_id=4, entry_id=-5), timeout=5)
+        assert missing.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        await channel.close()
+        await client.add_entry(KEY, make_entry(4, 1))
+        assert (await client.read_entry(4, 1)).entry == make_entry(4, 1)
+        assert bookie.proc is not None and bookie.proc.poll() is None
+    finally:
+        await client.close()
+
+
+async def test_read_only_when_disk_usage_passes_threshold(
+    make_bookie: BookieFactory, metadata
+) -> None:  # type: ignore[no-untyped-def]
+    bookie = make_bookie(disk_usage_threshold=0.0001, disk_usage_lwm_threshold=0.0001)
+    await bookie.start()
+    assert await metadata.exists(f"/ledgers/available/readonly/{bookie.address}") is not None
+    assert await metadata.exists(f"/ledgers/available/{bookie.address}") is None
+    client = await connected(bookie.address)
+    try:
+        assert (await client.get_info()).read_only
+        with pytest.raises(BookieReadOnlyError):
+            await client.add_entry(KEY, make_entry(5, 0))
+    finally:
+        await client.close()
+
+
+async def test_full_disk_fails_adds_turns_read_only_and_keeps_acknowledged_entries(
+    make_bookie: BookieFactory, tmp_path: Path, metadata
+) -> None:  # type: ignore[no-untyped-def]
+    small = tmp_path / "small-disk"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(small)], check=True)
+    try:
+        bookie = make_bookie(
+            journal_directory=str(small),
+            disk_check_interval_ms=100,
+            # A truncated failed write leaves a little room; the low-water mark is far below
+            # it, so the bookie stays read-only once the disk filled.
+            disk_usage_threshold=0.95,
+            disk_usage_lwm_threshold=0.5,
+        )
+        await bookie.start()
+        client = await connected(bookie.address)
+        acknowledged = []
+        full_error = None
+        for i in range(200):
+            big = encode_entry(6, i, i - 1, os.urandom(64 * 1024))
+            try:
+                await client.add_entry(KEY, big)
+                acknowledged.append(big)
+            except (DiskFullError, BookieReadOnlyError) as exc:
+                full_error = exc
+                break
+        assert full_error is not None and len(acknowledged) > 5
+        with pytest.raises((DiskFullError, BookieReadOnlyError)):
+            await client.add_entry(KEY, encode_entry(6, 500, 0, b"x"))
+        readonly = f"/ledgers/available/readonly/{bookie.address}"
+        await wait_until(lambda: _exists(metadata, readonly))
+        for i, raw in enumerate(acknowledged):
+            assert (await client.read_entry(6, i)).entry == raw
+        await client.close()
+        bookie.kill()
+        # Room again (the checkpoint on restart moves the journal into the entry log).
+        await bookie.start()
+        client = await connected(bookie.address)
+        for i, raw in enumerate(acknowledged):
+            assert (await client.read_entry(6, i)).entry == raw
+        await client.close()
+        bookie.kill()
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+async def _exists(store, path: str) -> bool:  # type: ignore[no-untyped-def]
+    return await store.exists(path) is not None
+
+
+async def test_standalone_runs_a_bookie_with_embedded_metadata(tmp_path: Path) -> None:
+    port = free_port()
+    log_path = tmp_path / "standalone.log"
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "stripemq",
+                "standalone",
+                "--data-dir",
+                str(tmp_path / "data"),
+                "--bookie-port",
+                str(port),
+            ],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        client = BookieClient(f"127.0.0.1:{port}", timeout=2.0)
+        await client.connect()
+
+        async def serving() -> bool:
+            try:
+                await client.get_info()
+                return True
+            except BookieUnavailableError:
+                assert proc.poll() is None, log_path.read_text()
+                return False
+
+        await wait_until(serving)
+        await client.add_entry(KEY, make_entry(7, 0))
+        assert (await client.read_entry(7, 0)).entry == make_entry(7, 0)
+        await client.close()
+        proc.terminate()
+        assert proc.wait(30) == 0, log_path.read_text()
+        registrations = tmp_path / "data" / "metadata"
+        assert registrations.exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()

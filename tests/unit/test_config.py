@@ -1,0 +1,62 @@
+"""The shared config loader and the bookie's disk-usage policy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stripemq.bookie.config import BookieConfig
+from stripemq.bookie.disk import DiskUsage, DiskUsagePolicy
+from stripemq.config import load_config, parse_overrides
+from stripemq.errors import ConfigError
+
+
+def test_defaults_file_then_overrides(tmp_path: Path) -> None:
+    conf = tmp_path / "bookie.toml"
+    conf.write_text('bookie_port = 4000\njournal_sync_data = false\nrack = "r1"\n')
+    config = load_config(
+        BookieConfig, conf, parse_overrides(["bookie_port=5000", "journal_max_group_wait_ms=1.5"])
+    )
+    assert config.bookie_port == 5000
+    assert config.journal_sync_data is False
+    assert config.rack == "r1"
+    assert config.journal_max_group_wait_ms == 1.5
+    assert config.max_entry_size == 5 * 1024 * 1024
+    assert config.bookie_id == "127.0.0.1:5000"
+    assert config.journal_dir.endswith("/journal")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"bookie_prot": "1"}, "unknown setting 'bookie_prot'"),
+        ({"bookie_port": "many"}, "bookie_port"),
+        ({"journal_sync_data": "maybe"}, "not a boolean"),
+        ({"disk_usage_threshold": "0.5", "disk_usage_lwm_threshold": "0.9"}, "lwm"),
+        ({"max_entry_size": "0"}, "max_entry_size"),
+    ],
+)
+def test_bad_settings_are_refused(overrides: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(BookieConfig, None, overrides)
+
+
+def test_bad_files_and_pairs(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(BookieConfig, tmp_path / "missing.toml")
+    broken = tmp_path / "broken.toml"
+    broken.write_text("bookie_port = = 3\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(BookieConfig, broken)
+    with pytest.raises(ConfigError, match="key=value"):
+        parse_overrides(["no-equals-sign"])
+
+
+def test_disk_policy_has_hysteresis() -> None:
+    policy = DiskUsagePolicy(threshold=0.95, low_water_mark=0.90)
+    assert policy.read_only_after(False, 0.94) is False
+    assert policy.read_only_after(False, 0.95) is True
+    assert policy.read_only_after(True, 0.92) is True  # between the marks: stay read-only
+    assert policy.read_only_after(True, 0.89) is False
+    assert DiskUsage(total_bytes=100, free_bytes=25).fraction == 0.75
