@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 
 from stripemq.errors import MetadataError, NodeExistsError, NotFoundError, SessionLostError
 from stripemq.metadata import MetadataStore, SessionEvent
+from stripemq.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ class BookieRegistration:
             self._renew_task = asyncio.ensure_future(self._renew())
 
     async def _renew(self) -> None:
-        delay = 0.5
+        backoff = Backoff(initial=0.5, maximum=10.0)
         while not self._closed:
             try:
                 async with self._lock:
@@ -124,6 +125,5 @@ class BookieRegistration:
                     await self._connect_and_register()
                 return
             except (MetadataError, SessionLostError, OSError) as exc:
-                log.warning("re-registration failed (%s); retrying in %.1fs", exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)
+                log.warning("re-registration failed (%s); retrying", exc)
+                await backoff.sleep()

@@ -56,6 +56,7 @@ from stripemq.metadata.api import (
     WatchHandle,
     validate_path,
 )
+from stripemq.retry import Backoff
 
 logger = logging.getLogger(__name__)
 
@@ -492,8 +493,8 @@ class ZooKeeperMetadataStore(MetadataStore):
         self, path: str, request: Callable[[], IAsyncResult], *, idempotent: bool = True
     ) -> Any:
         """Issue a kazoo call and await it; reads are retried over a connection drop."""
-        loop = self._loop_or_fail()
-        deadline = loop.time() + self._session_timeout
+        self._loop_or_fail()
+        backoff = Backoff(_RETRY_PAUSE, _RETRY_PAUSE, deadline=self._session_timeout)
         while True:
             self._require_open()
             try:
@@ -504,9 +505,9 @@ class ZooKeeperMetadataStore(MetadataStore):
                         f"{path}: connection to ZooKeeper lost; the write may or may not "
                         "have been applied"
                     ) from exc
-                if loop.time() > deadline:
+                if backoff.expired:
                     raise MetadataError(f"{path}: no connection to ZooKeeper") from exc
-                await asyncio.sleep(_RETRY_PAUSE)
+                await backoff.sleep()
             except kz.KazooException as exc:
                 if self._expired:
                     raise SessionLostError(f"{path}: session lost") from exc

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,13 +12,7 @@ from pathlib import Path
 
 from stripemq.bookie.bookie_client import BookieClient
 from stripemq.errors import BookieError
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from stripemq.testing.ports import free_port
 
 
 class BookieProcess:

@@ -20,6 +20,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
+from stripemq.testing.ports import free_port
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_JAR = "/usr/share/java/zookeeper.jar"
@@ -29,13 +31,6 @@ MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
 
 class ZooKeeperUnavailableError(RuntimeError):
     """ZooKeeper cannot be started here: a package is missing or the server did not come up."""
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class ZooKeeperServer:

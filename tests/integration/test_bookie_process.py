@@ -30,7 +30,8 @@ from stripemq.metadata import create_metadata_store
 from stripemq.proto import bookie_pb2 as pb
 from stripemq.proto import bookie_pb2_grpc as pb_grpc
 from stripemq.proto.entry import encode_entry
-from stripemq.testing.bookie import BookieProcess, free_port
+from stripemq.testing.bookie import BookieProcess
+from stripemq.testing.ports import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -1,0 +1,45 @@
+"""The one retry helper: exponential back-off with a cap and an optional overall deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+
+class Backoff:
+    """Delays between attempts: ``initial``, then times ``multiplier``, never above ``maximum``.
+
+    With ``deadline`` (seconds from creation) ``expired`` turns true once it has passed, so a
+    caller can stop retrying with its own, specific error.
+    """
+
+    def __init__(
+        self,
+        initial: float = 0.1,
+        maximum: float = 10.0,
+        multiplier: float = 2.0,
+        deadline: float | None = None,
+    ) -> None:
+        self.initial = initial
+        self.maximum = maximum
+        self.multiplier = multiplier
+        self._delay = initial
+        self._give_up_at = None if deadline is None else time.monotonic() + deadline
+
+    @property
+    def expired(self) -> bool:
+        return self._give_up_at is not None and time.monotonic() >= self._give_up_at
+
+    def next_delay(self) -> float:
+        """The delay before the next attempt (then the one after grows)."""
+        delay = self._delay
+        self._delay = min(self._delay * self.multiplier, self.maximum)
+        if self._give_up_at is not None:
+            delay = max(0.0, min(delay, self._give_up_at - time.monotonic()))
+        return delay
+
+    async def sleep(self) -> None:
+        await asyncio.sleep(self.next_delay())
+
+    def reset(self) -> None:
+        self._delay = self.initial
