@@ -1,8 +1,9 @@
 """Add throughput and latency of one bookie process, fsync on, from one pipelined client.
 
 Prints progress to stderr and one JSON object on the last line of stdout:
-``{"bench": "bookie_add", "fsync_per_s": ..., "rss_mb": ..., "results": [...]}`` with one
-row per entry size (``entry_bytes``, ``adds_per_s``, ``mb_per_s``, ``p50_ms``, ``p99_ms``).
+``{"bench": "bookie_add", "fsync_per_s": ..., "rss_mb": ..., "results": [...]}`` with two
+rows per entry size (``entry_bytes``, ``adds_per_s``, ``mb_per_s``, ``p50_ms``, ``p99_ms``):
+a saturated one (many adds in flight: throughput) and a light one (few: latency).
 ``fsync_per_s`` is this disk's own rate of 4 KiB write + fdatasync, measured in the bookie's
 data directory, so the figures can be compared across machines.
 """
@@ -56,12 +57,11 @@ def percentile(values: list[float], fraction: float) -> float:
 
 
 async def run_size(
-    client: BookieClient, ledger_id: int, entry_bytes: int, seconds: float, window_bytes: int
+    client: BookieClient, ledger_id: int, entry_bytes: int, seconds: float, window: int
 ) -> dict[str, float]:
-    """Keep a window of adds in flight for ``seconds``; return rates and latencies."""
+    """Keep ``window`` adds in flight for ``seconds``; return rates and latencies."""
     loop = asyncio.get_running_loop()
     payload = os.urandom(entry_bytes)
-    window = max(8, min(5000, window_bytes // max(entry_bytes, 1)))
     latencies: list[float] = []
     inflight: set[asyncio.Future] = set()
     slot = asyncio.Event()
@@ -98,15 +98,23 @@ async def run_size(
         "mb_per_s": round(done_bytes / elapsed / 1e6, 2),
         "p50_ms": round(statistics.median(latencies), 3),
         "p99_ms": round(percentile(latencies, 0.99), 3),
-        "window": window,
+        "inflight": window,
     }
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seconds", type=float, default=8.0, help="per entry size")
+    parser.add_argument("--seconds", type=float, default=5.0, help="per row")
     parser.add_argument("--sizes", default="100,1024,65536")
-    parser.add_argument("--window-bytes", type=int, default=16 * 1024 * 1024)
+    parser.add_argument(
+        "--window-bytes",
+        type=int,
+        default=16 * 1024 * 1024,
+        help="bytes in flight for the saturated rows (at most 5,000 adds)",
+    )
+    parser.add_argument(
+        "--light-inflight", type=int, default=16, help="adds in flight for the latency rows"
+    )
     parser.add_argument("--data-dir", help="where the bookie keeps its data (default: a temp dir)")
     args = parser.parse_args()
 
@@ -124,13 +132,19 @@ async def main() -> None:
     await client.connect()
     rows, peak_rss = [], 0
     try:
-        for ledger_id, size in enumerate(int(s) for s in args.sizes.split(",")):
-            progress(f"{size} B entries for {args.seconds}s ...")
-            row = await run_size(client, ledger_id + 1, size, args.seconds, args.window_bytes)
-            peak_rss = max(peak_rss, proc.memory_info().rss)
-            row["x_fsync_rate"] = round(row["adds_per_s"] / fsync_rate, 1)
-            progress(json.dumps(row))
-            rows.append(row)
+        ledger_id = 0
+        for size in (int(s) for s in args.sizes.split(",")):
+            saturated = max(8, min(5000, args.window_bytes // size))
+            # Saturated rows give throughput; light rows give latency without queueing.
+            for load, window in (("saturated", saturated), ("light", args.light_inflight)):
+                ledger_id += 1
+                progress(f"{size} B entries, {window} in flight, {args.seconds}s ...")
+                row = await run_size(client, ledger_id, size, args.seconds, window)
+                peak_rss = max(peak_rss, proc.memory_info().rss)
+                row["load"] = load
+                row["x_fsync_rate"] = round(row["adds_per_s"] / fsync_rate, 1)
+                progress(json.dumps(row))
+                rows.append(row)
         info = await client.get_info()
     finally:
         await client.close()

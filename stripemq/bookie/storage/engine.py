@@ -510,12 +510,19 @@ class BookieStorage:
 
     def _flush_sync(
         self,
-        snapshot: list[tuple[tuple[int, int], bytes]],
+        snapshot: dict[tuple[int, int], bytes],
         headers: dict[int, LedgerHeader],
         mark: LogMark,
     ) -> None:
-        for (ledger_id, entry_id), entry in snapshot:
-            self.index.set_location(ledger_id, entry_id, self.entry_log.append(entry))
+        keys = sorted(snapshot)
+        locations = self.entry_log.append_many([snapshot[key] for key in keys])
+        # One index write per run of consecutive entries of a ledger.
+        run_start = 0
+        for i in range(1, len(keys) + 1):
+            if i == len(keys) or keys[i] != (keys[i - 1][0], keys[i - 1][1] + 1):
+                ledger_id, first_entry = keys[run_start]
+                self.index.set_locations(ledger_id, first_entry, locations[run_start:i])
+                run_start = i
         for ledger_id, header in headers.items():
             self.index.write_header(ledger_id, header)
         self.entry_log.sync()

@@ -109,10 +109,12 @@ class LedgerIndex:
         (slot,) = _SLOT.unpack(raw)
         return slot - 1 if slot else None
 
-    def set_location(self, ledger_id: int, entry_id: int, location: int) -> None:
+    def set_locations(self, ledger_id: int, first_entry_id: int, locations: list[int]) -> None:
+        """Record the locations of consecutive entries starting at ``first_entry_id``."""
+        slots = b"".join(_SLOT.pack(location + 1) for location in locations)
         with self._lock:
             fd = self._fd(ledger_id, create=True)
-            os.pwrite(fd, _SLOT.pack(location + 1), HEADER_SIZE + entry_id * _SLOT.size)
+            os.pwrite(fd, slots, HEADER_SIZE + first_entry_id * _SLOT.size)
             self._dirty.add(ledger_id)
 
     def last_entry_id(self, ledger_id: int) -> int:

@@ -40,13 +40,13 @@ class Memtable:
             found = self._snapshot.get(key)
         return found
 
-    def take_snapshot(self) -> list[tuple[EntryKey, bytes]]:
-        """Freeze the active table for flushing; returns its entries sorted by key."""
+    def take_snapshot(self) -> dict[EntryKey, bytes]:
+        """Freeze the active table for flushing and return it (read it, never change it)."""
         if self._snapshot:
             raise RuntimeError("a memtable snapshot is already being flushed")
         self._snapshot, self._active = self._active, {}
         self.snapshot_bytes, self.active_bytes = self.active_bytes, 0
-        return sorted(self._snapshot.items())
+        return self._snapshot
 
     def restore_snapshot(self) -> None:
         """Put a snapshot whose flush failed back under the newer active entries."""
