@@ -19,6 +19,9 @@ class BookieConfig:
     # Address other processes use to reach this bookie; defaults to host:port.
     advertised_address: str | None = None
     rack: str | None = None
+    # Prometheus /metrics; port 0 picks a free port.
+    enable_statistics: bool = True
+    stats_http_port: int = 8000
 
     data_dir: str = "data/bookie"
     # Journal and ledger directories default to subdirectories of data_dir.

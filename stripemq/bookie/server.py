@@ -9,21 +9,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
+from typing import TypeVar
 
 import grpc
 
 from stripemq.bookie.config import BookieConfig
 from stripemq.bookie.disk import DiskUsagePolicy, fullest_disk
+from stripemq.bookie.metrics import BookieMetrics
 from stripemq.bookie.registration import BookieRegistration
 from stripemq.bookie.storage.engine import AddOp, BookieStorage
-from stripemq.errors import BookieError, InvalidEntryError
+from stripemq.errors import BookieError
 from stripemq.metadata import MetadataStore, create_metadata_store
 from stripemq.proto import bookie_pb2 as pb
 from stripemq.proto import bookie_pb2_grpc as pb_grpc
 from stripemq.proto.entry import EntryHeader
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # A request may carry a full 5 MiB entry plus framing; batches are bounded by the client.
 GRPC_MAX_MESSAGE = 64 * 1024 * 1024
@@ -39,9 +43,12 @@ MAX_INFLIGHT_REQUESTS_PER_STREAM = 256
 class BookieService(pb_grpc.BookieServicer):
     """Maps the gRPC calls onto ``BookieStorage``."""
 
-    def __init__(self, storage: BookieStorage, config: BookieConfig) -> None:
+    def __init__(
+        self, storage: BookieStorage, config: BookieConfig, metrics: BookieMetrics
+    ) -> None:
         self.storage = storage
         self.config = config
+        self.metrics = metrics
 
     async def AddEntry(
         self, request_iterator: AsyncIterator[pb.AddRequest], context: grpc.aio.ServicerContext
@@ -79,12 +86,13 @@ class BookieService(pb_grpc.BookieServicer):
 
     async def _add(self, request: pb.AddRequest) -> pb.AddResponse:
         ops = [AddOp(op.entry, op.master_key, op.recovery_add) for op in request.ops]
-        try:
-            results = await self.storage.add_entries(ops)
-        except Exception as exc:  # never let one request kill the stream
-            log.exception("unexpected failure adding %d entries", len(ops))
-            error = BookieError(f"internal error: {exc}")
-            results = [error] * len(ops)
+        with self.metrics.add_latency.time():
+            try:
+                results = await self.storage.add_entries(ops)
+            except Exception as exc:  # never let one request kill the stream
+                log.exception("unexpected failure adding %d entries", len(ops))
+                error = BookieError(f"internal error: {exc}")
+                results = [error] * len(ops)
         response = pb.AddResponse()
         for op, result in zip(request.ops, results, strict=True):
             out = response.results.add(request_id=op.request_id)
@@ -92,8 +100,8 @@ class BookieService(pb_grpc.BookieServicer):
                 out.ledger_id, out.entry_id = result.ledger_id, result.entry_id
             else:
                 out.code, out.message = result.bk_code, str(result)
-                if not isinstance(result, InvalidEntryError):
-                    log.debug("add %d refused: %s", op.request_id, result)
+                self.metrics.request_errors.labels("add", str(result.bk_code)).inc()
+                log.debug("add %d refused: %s", op.request_id, result)
         return response
 
     async def ReadEntry(
@@ -107,7 +115,9 @@ class BookieService(pb_grpc.BookieServicer):
             )
             return pb.ReadResponse(entry=entry, lac=state.lac, fenced=state.fenced)
 
-        return await _answer(context, read())
+        response = await self._answer(context, "read", read())
+        self.metrics.reads.inc()
+        return response
 
     async def ReadLac(
         self, request: pb.ReadLacRequest, context: grpc.aio.ServicerContext
@@ -118,7 +128,7 @@ class BookieService(pb_grpc.BookieServicer):
                 lac=state.lac, last_entry_id=state.last_entry_id, fenced=state.fenced
             )
 
-        return await _answer(context, read_lac())
+        return await self._answer(context, "read_lac", read_lac())
 
     async def WriteLac(
         self, request: pb.WriteLacRequest, context: grpc.aio.ServicerContext
@@ -127,7 +137,7 @@ class BookieService(pb_grpc.BookieServicer):
             await self.storage.write_lac(request.ledger_id, request.master_key, request.lac)
             return pb.WriteLacResponse()
 
-        return await _answer(context, write_lac())
+        return await self._answer(context, "write_lac", write_lac())
 
     async def GetInfo(
         self, request: pb.GetInfoRequest, context: grpc.aio.ServicerContext
@@ -147,22 +157,24 @@ class BookieService(pb_grpc.BookieServicer):
                 rack=self.config.rack or "",
             )
 
-        return await _answer(context, info())
+        return await self._answer(context, "get_info", info())
 
-
-async def _answer(context: grpc.aio.ServicerContext, work):  # type: ignore[no-untyped-def]
-    """Run a unary handler, turning errors into a gRPC status with the ``bk-code`` trailer."""
-    try:
-        return await work
-    except BookieError as exc:
-        context.set_trailing_metadata((("bk-code", str(exc.bk_code)),))
-        await context.abort(exc.grpc_status, str(exc))
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        log.exception("unexpected failure in a unary call")
-        context.set_trailing_metadata((("bk-code", str(BookieError.bk_code)),))
-        await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {exc}")
+    async def _answer(
+        self, context: grpc.aio.ServicerContext, operation: str, work: Awaitable[T]
+    ) -> T:
+        """Run a unary handler; errors become a gRPC status with the ``bk-code`` trailer."""
+        try:
+            return await work
+        except BookieError as exc:
+            error, status = exc, exc.grpc_status
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("unexpected failure in %s", operation)
+            error, status = BookieError(f"internal error: {exc}"), grpc.StatusCode.INTERNAL
+        self.metrics.request_errors.labels(operation, str(error.bk_code)).inc()
+        context.set_trailing_metadata((("bk-code", str(error.bk_code)),))
+        await context.abort(status, str(error))
 
 
 class BookieServer:
@@ -171,6 +183,7 @@ class BookieServer:
     def __init__(self, config: BookieConfig, store: MetadataStore | None = None) -> None:
         self.config = config
         self.storage = BookieStorage(config)
+        self.metrics = BookieMetrics(self.storage)
         self._shared_store = store
         self._server: grpc.aio.Server | None = None
         self.registration: BookieRegistration | None = None
@@ -185,13 +198,17 @@ class BookieServer:
         """Recover storage, listen, then register (so a registered bookie always answers)."""
         await self.storage.start()
         server = grpc.aio.server(options=GRPC_OPTIONS)
-        pb_grpc.add_BookieServicer_to_server(BookieService(self.storage, self.config), server)
+        service = BookieService(self.storage, self.config, self.metrics)
+        pb_grpc.add_BookieServicer_to_server(service, server)
         port = server.add_insecure_port(f"{self.config.bookie_host}:{self.config.bookie_port}")
         if port == 0:
             raise OSError(f"cannot listen on {self.config.bookie_host}:{self.config.bookie_port}")
         self.config.bookie_port = port
         await server.start()
         self._server = server
+        if self.config.enable_statistics:
+            port = await self.metrics.serve(self.config.bookie_host, self.config.stats_http_port)
+            log.info("bookie metrics on http://%s:%d/metrics", self.config.bookie_host, port)
         usage = await asyncio.to_thread(fullest_disk, self._disk_paths())
         self.storage.read_only = self._policy.read_only_after(False, usage.fraction)
         self.registration = BookieRegistration(
@@ -216,6 +233,7 @@ class BookieServer:
         if self._server is not None:
             await self._server.stop(grace)
         await self.storage.stop()
+        await self.metrics.close()
         log.info("bookie %s stopped", self.bookie_id)
 
     async def _make_store(self) -> MetadataStore:

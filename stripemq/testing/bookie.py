@@ -29,7 +29,8 @@ class BookieProcess:
         self.metadata_url = metadata_url
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
-        self.settings = dict(settings or {})
+        self.metrics_port = free_port()
+        self.settings = {"stats_http_port": self.metrics_port, **(settings or {})}
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = self.data_dir / "bookie.log"
 

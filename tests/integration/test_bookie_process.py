@@ -11,6 +11,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import aiohttp
 import grpc
 import pytest
 
@@ -144,7 +145,14 @@ async def test_clean_stop_unregisters_and_restart_keeps_data(
     assert found is not None and json.loads(found[0])["read_only"] is False
     client = await connected(bookie.address)
     await asyncio.gather(*(client.add_entry(KEY, make_entry(2, i)) for i in range(500)))
+    with pytest.raises(NoSuchLedgerError):
+        await client.read_entry(77, 0)
     await client.close()
+    metrics = await scrape(bookie.metrics_port)
+    assert metrics["bookie_entries_added_total"] == 500
+    assert metrics["bookie_journal_fsyncs_total"] >= 1
+    assert metrics['bookie_request_errors_total{code="-7",operation="read"}'] == 1
+    assert metrics["bookie_add_latency_seconds_count"] >= 1
 
     assert bookie.terminate() == 0
     assert await metadata.exists(path) is None
@@ -161,6 +169,20 @@ async def test_clean_stop_unregisters_and_restart_keeps_data(
         assert await metadata.exists(path) is not None
     finally:
         await client.close()
+
+
+async def scrape(port: int) -> dict[str, float]:
+    """The bookie's /metrics as ``{series: value}``."""
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"http://127.0.0.1:{port}/metrics") as response:
+            assert response.status == 200
+            text = await response.text()
+    series = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            series[name] = float(value)
+    return series
 
 
 async def test_fencing_survives_a_crash(make_bookie: BookieFactory) -> None:
@@ -309,6 +331,8 @@ async def test_standalone_runs_a_bookie_with_embedded_metadata(tmp_path: Path) -
                 str(tmp_path / "data"),
                 "--bookie-port",
                 str(port),
+                "-c",
+                f"stats_http_port={free_port()}",
             ],
             stdout=log_file,
             stderr=subprocess.STDOUT,

@@ -142,6 +142,11 @@ class BookieStorage:
         self._mark = LogMark(0, 0)
         self._closed = False
 
+    @property
+    def ledger_count(self) -> int:
+        """Ledgers whose state is held in memory."""
+        return len(self._ledgers)
+
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
