@@ -125,11 +125,15 @@ class BookieShuttingDownError(BookieUnavailableError):
     grpc_status = grpc.StatusCode.UNAVAILABLE
 
 
-class ReadTimeoutError(BookieError):
-    """A long-poll read found no entry beyond the LAC before its timeout."""
+class BookieTimeoutError(BookieError):
+    """A bookie did not answer in time."""
 
     bk_code = -23  # TimeoutException
     grpc_status = grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+class ReadTimeoutError(BookieTimeoutError):
+    """A long-poll read found no entry beyond the LAC before its timeout."""
 
 
 BOOKIE_ERRORS_BY_CODE: dict[int, type[BookieError]] = {}

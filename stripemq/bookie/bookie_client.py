@@ -16,7 +16,12 @@ from dataclasses import dataclass
 
 import grpc
 
-from stripemq.errors import BookieError, BookieUnavailableError, bookie_error_from_code
+from stripemq.errors import (
+    BookieError,
+    BookieTimeoutError,
+    BookieUnavailableError,
+    bookie_error_from_code,
+)
 from stripemq.proto import bookie_pb2 as pb
 from stripemq.proto import bookie_pb2_grpc as pb_grpc
 from stripemq.proto.entry import verify_entry
@@ -26,6 +31,10 @@ log = logging.getLogger(__name__)
 CLIENT_OPTIONS = [
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    # Notice a bookie that vanished without closing its connections (host down, SIGSTOP).
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
 ]
 
 
@@ -51,8 +60,20 @@ def _error_from_rpc(exc: grpc.aio.AioRpcError, address: str) -> BookieError:
     return BookieUnavailableError(f"bookie {address}: {exc.code().name}: {exc.details()}")
 
 
+@dataclass(eq=False)
+class _PendingAdd:
+    future: asyncio.Future[tuple[int, int]]
+    deadline: float
+    stream: grpc.aio.StreamStreamCall | None = None  # set once sent
+
+
 class BookieClient:
-    """Async client of one bookie. Create, ``await connect()``, use, ``await close()``."""
+    """Async client of one bookie. Create, ``await connect()``, use, ``await close()``.
+
+    Every add ends: with its result, with the bookie's typed error, with
+    ``BookieUnavailableError`` when the stream it was sent on breaks, or with
+    ``BookieTimeoutError`` after ``add_timeout`` seconds without an answer.
+    """
 
     def __init__(
         self,
@@ -61,20 +82,23 @@ class BookieClient:
         max_batch_bytes: int = 1024 * 1024,
         max_batch_entries: int = 1000,
         timeout: float = 30.0,
+        add_timeout: float = 30.0,
     ) -> None:
         self.address = address
         self.max_batch_bytes = max_batch_bytes
         self.max_batch_entries = max_batch_entries
         self.timeout = timeout
+        self.add_timeout = add_timeout
         self._channel: grpc.aio.Channel | None = None
         self._stub: pb_grpc.BookieStub | None = None
         self._ids = itertools.count(1)
         self._queue: deque[tuple[pb.AddEntryOp, int]] = deque()
-        self._pending: dict[int, asyncio.Future[tuple[int, int]]] = {}
+        self._pending: dict[int, _PendingAdd] = {}
         self._wakeup = asyncio.Event()
         self._stream: grpc.aio.StreamStreamCall | None = None
         self._sender: asyncio.Task[None] | None = None
-        self._receiver: asyncio.Task[None] | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self._receivers: set[asyncio.Task[None]] = set()
         self._closed = False
 
     async def connect(self) -> None:
@@ -83,8 +107,9 @@ class BookieClient:
 
     async def close(self) -> None:
         self._closed = True
-        self._fail_all(BookieUnavailableError(f"client of {self.address} closed"))
-        for task in (self._sender, self._receiver):
+        self._queue.clear()
+        self._fail(list(self._pending), BookieUnavailableError(f"client of {self.address} closed"))
+        for task in (self._sender, self._sweeper, *self._receivers):
             if task is not None:
                 task.cancel()
         if self._channel is not None:
@@ -96,11 +121,12 @@ class BookieClient:
         self, master_key: bytes, entry: bytes, *, recovery_add: bool = False
     ) -> asyncio.Future[tuple[int, int]]:
         """Queue an add; the future gives ``(ledger_id, entry_id)`` once durable there."""
-        if self._closed:
-            raise BookieUnavailableError(f"client of {self.address} is closed")
+        if self._closed or self._stub is None:
+            raise BookieUnavailableError(f"client of {self.address} is not connected")
+        loop = asyncio.get_running_loop()
         request_id = next(self._ids)
-        future: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
-        self._pending[request_id] = future
+        future: asyncio.Future[tuple[int, int]] = loop.create_future()
+        self._pending[request_id] = _PendingAdd(future, loop.time() + self.add_timeout)
         op = pb.AddEntryOp(
             request_id=request_id, master_key=master_key, entry=entry, recovery_add=recovery_add
         )
@@ -108,39 +134,52 @@ class BookieClient:
         self._wakeup.set()
         if self._sender is None or self._sender.done():
             self._sender = asyncio.create_task(self._send_loop())
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = asyncio.create_task(self._sweep_timeouts())
         return future
 
-    async def _open_stream(self) -> grpc.aio.StreamStreamCall:
-        assert self._stub is not None
-        stream = self._stub.AddEntry()
-        self._stream = stream
-        self._receiver = asyncio.create_task(self._receive_loop(stream))
-        return stream
+    def _next_batch(self) -> list[pb.AddEntryOp]:
+        batch: list[pb.AddEntryOp] = []
+        size = 0
+        while self._queue and len(batch) < self.max_batch_entries:
+            op, op_size = self._queue[0]
+            if batch and size + op_size > self.max_batch_bytes:
+                break
+            self._queue.popleft()
+            if op.request_id in self._pending:  # skip adds that already timed out
+                batch.append(op)
+                size += op_size
+        return batch
 
     async def _send_loop(self) -> None:
-        stream = self._stream
         while not self._closed:
             if not self._queue:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
-            batch, size = [], 0
-            while self._queue and len(batch) < self.max_batch_entries:
-                op, op_size = self._queue[0]
-                if batch and size + op_size > self.max_batch_bytes:
-                    break
-                self._queue.popleft()
-                batch.append(op)
-                size += op_size
+            batch = self._next_batch()
+            if not batch:
+                continue
             try:
+                stream = self._stream
                 if stream is None or stream.done():
-                    stream = await self._open_stream()
-                await stream.write(pb.AddRequest(ops=batch))
-            except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError) as exc:
-                error = BookieUnavailableError(f"bookie {self.address}: add stream broke: {exc}")
+                    stream = self._open_stream()
                 for op in batch:
-                    self._resolve(op.request_id, error)
-                stream = None
+                    self._pending[op.request_id].stream = stream
+                await stream.write(pb.AddRequest(ops=batch))
+            except Exception as exc:  # a broken stream, or anything else: fail this batch
+                self._stream = None
+                error = BookieUnavailableError(f"bookie {self.address}: add stream broke: {exc}")
+                self._fail([op.request_id for op in batch], error)
+
+    def _open_stream(self) -> grpc.aio.StreamStreamCall:
+        assert self._stub is not None
+        stream = self._stub.AddEntry()
+        self._stream = stream
+        receiver = asyncio.create_task(self._receive_loop(stream))
+        self._receivers.add(receiver)
+        receiver.add_done_callback(self._receivers.discard)
+        return stream
 
     async def _receive_loop(self, stream: grpc.aio.StreamStreamCall) -> None:
         try:
@@ -152,9 +191,8 @@ class BookieClient:
                     if result.code == 0:
                         self._resolve(result.request_id, (result.ledger_id, result.entry_id))
                     else:
-                        self._resolve(
-                            result.request_id, bookie_error_from_code(result.code, result.message)
-                        )
+                        error = bookie_error_from_code(result.code, result.message)
+                        self._resolve(result.request_id, error)
             error = BookieUnavailableError(f"bookie {self.address} closed the add stream")
         except grpc.aio.AioRpcError as exc:
             error = BookieUnavailableError(f"bookie {self.address}: {exc.code().name}")
@@ -162,32 +200,41 @@ class BookieClient:
             return
         if self._stream is stream:
             self._stream = None
-        # Adds sent on this stream will never be answered now.
-        self._fail_all(error, keep_queued=True)
+        # Adds sent on this stream will never be answered now; queued ones go on a new one.
+        self._fail([r for r, p in self._pending.items() if p.stream is stream], error)
+
+    async def _sweep_timeouts(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._pending and not self._closed:
+            await asyncio.sleep(min(1.0, self.add_timeout / 4))
+            now = loop.time()
+            expired = [r for r, p in self._pending.items() if p.deadline <= now]
+            if expired:
+                error = BookieTimeoutError(
+                    f"bookie {self.address} did not answer an add within {self.add_timeout}s"
+                )
+                self._fail(expired, error)
 
     def _resolve(self, request_id: int, outcome: tuple[int, int] | BookieError) -> None:
-        future = self._pending.pop(request_id, None)
-        if future is None or future.done():
+        pending = self._pending.pop(request_id, None)
+        if pending is None or pending.future.done():
             return
         if isinstance(outcome, BookieError):
-            future.set_exception(outcome)
+            pending.future.set_exception(outcome)
         else:
-            future.set_result(outcome)
+            pending.future.set_result(outcome)
 
-    def _fail_all(self, error: BookieError, keep_queued: bool = False) -> None:
-        queued = {op.request_id for op, _ in self._queue} if keep_queued else set()
-        if not keep_queued:
-            self._queue.clear()
-        for request_id in [r for r in self._pending if r not in queued]:
+    def _fail(self, request_ids: list[int], error: BookieError) -> None:
+        for request_id in request_ids:
             self._resolve(request_id, error)
 
     # ------------------------------------------------------------------ unary calls
 
-    async def _call(self, method, request):  # type: ignore[no-untyped-def]
+    async def _call(self, method, request, call_timeout: float | None = None):  # type: ignore[no-untyped-def]
         if self._stub is None:
             raise BookieUnavailableError(f"client of {self.address} is not connected")
         try:
-            return await method(request, timeout=self.timeout)
+            return await method(request, timeout=call_timeout or self.timeout)
         except grpc.aio.AioRpcError as exc:
             raise _error_from_rpc(exc, self.address) from None
 
@@ -209,7 +256,9 @@ class BookieClient:
             master_key=master_key,
             long_poll_timeout_ms=long_poll_timeout_ms,
         )
-        response = await self._call(self._stub.ReadEntry, request)
+        # A long poll may legitimately take longer than an ordinary call.
+        call_timeout = max(self.timeout, long_poll_timeout_ms / 1000 + 5)
+        response = await self._call(self._stub.ReadEntry, request, call_timeout)
         verify_entry(response.entry)
         return ReadResult(response.entry, response.lac, response.fenced)
 

@@ -66,6 +66,9 @@ class BookieConfig:
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive")
+        for name in ("flush_interval_ms", "disk_check_interval_ms", "max_long_poll_timeout_ms"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive")
         if self.journal_max_group_wait_ms < 0:
             raise ConfigError("journal_max_group_wait_ms must not be negative")
         if not 0 <= self.bookie_port <= 65535:

@@ -35,6 +35,9 @@ GRPC_OPTIONS = [
     ("grpc.max_receive_message_length", GRPC_MAX_MESSAGE),
     ("grpc.max_send_message_length", GRPC_MAX_MESSAGE),
     ("grpc.so_reuseport", 0),
+    # Accept the clients' keepalive pings (see bookie_client.CLIENT_OPTIONS).
+    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
 ]
 # Add requests one stream may have in progress before the bookie stops reading from it.
 MAX_INFLIGHT_REQUESTS_PER_STREAM = 256
@@ -54,14 +57,13 @@ class BookieService(pb_grpc.BookieServicer):
         self, request_iterator: AsyncIterator[pb.AddRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.AddResponse]:
         responses: asyncio.Queue[pb.AddResponse | None] = asyncio.Queue()
+        # A permit is held from reading a request until its response is handed to gRPC, so
+        # a client that stops reading answers soon stops being read from.
         permits = asyncio.Semaphore(MAX_INFLIGHT_REQUESTS_PER_STREAM)
         tasks: set[asyncio.Task[None]] = set()
 
         async def handle(request: pb.AddRequest) -> None:
-            try:
-                await responses.put(await self._add(request))
-            finally:
-                permits.release()
+            await responses.put(await self._add(request))
 
         async def read_requests() -> None:
             try:
@@ -71,7 +73,7 @@ class BookieService(pb_grpc.BookieServicer):
                     tasks.add(task)
                     task.add_done_callback(tasks.discard)
                 if tasks:
-                    await asyncio.gather(*tasks, return_exceptions=True)
+                    await asyncio.wait(set(tasks))  # unlike gather, never cancels them
             finally:
                 await responses.put(None)
 
@@ -79,10 +81,11 @@ class BookieService(pb_grpc.BookieServicer):
         try:
             while (response := await responses.get()) is not None:
                 yield response
+                permits.release()
         finally:
+            # Adds already handed to storage finish on their own (their journal records are
+            # on the way); only reading more requests stops.
             reader.cancel()
-            for task in tasks:
-                task.cancel()
 
     async def _add(self, request: pb.AddRequest) -> pb.AddResponse:
         ops = [AddOp(op.entry, op.master_key, op.recovery_add) for op in request.ops]

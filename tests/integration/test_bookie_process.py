@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -18,6 +19,7 @@ import pytest
 from stripemq.bookie.bookie_client import BookieClient
 from stripemq.errors import (
     BookieReadOnlyError,
+    BookieTimeoutError,
     BookieUnavailableError,
     DigestMismatchError,
     DiskFullError,
@@ -93,7 +95,9 @@ async def wait_until(predicate, timeout: float = 20.0) -> None:  # type: ignore[
 async def test_sigkill_while_streaming_loses_no_acknowledged_entry(
     make_bookie: BookieFactory,
 ) -> None:
-    bookie = make_bookie()
+    # Small memtable and journal files: checkpoints, journal rotation and journal deletion
+    # all happen while the stream runs, so the kill can land in any of them.
+    bookie = make_bookie(write_cache_max_size_mb=1, journal_max_size_mb=1)
     await bookie.start()
     client = await connected(bookie.address)
     acknowledged: set[int] = set()
@@ -109,7 +113,7 @@ async def test_sigkill_while_streaming_loses_no_acknowledged_entry(
 
     next_id, killed = 0, False
     while not killed or inflight:
-        if not killed and len(acknowledged) >= 5_000:
+        if not killed and len(acknowledged) >= 12_000:
             bookie.kill()  # mid-stream: up to 2,000 adds are in flight
             killed = True
         if not killed and len(inflight) < 2_000:
@@ -125,6 +129,8 @@ async def test_sigkill_while_streaming_loses_no_acknowledged_entry(
     assert all(isinstance(f, BookieUnavailableError) for f in failures)
     await client.close()
 
+    journals = list((bookie.data_dir / "journal").glob("*.txn"))
+    assert int(min(journals).stem, 16) > 1, "the stream must have outlived a journal file"
     await bookie.start()
     reader = await connected(bookie.address)
     try:
@@ -355,8 +361,35 @@ async def test_standalone_runs_a_bookie_with_embedded_metadata(tmp_path: Path) -
         await client.close()
         proc.terminate()
         assert proc.wait(30) == 0, log_path.read_text()
-        registrations = tmp_path / "data" / "metadata"
-        assert registrations.exists()
+        store = create_metadata_store(f"local://{tmp_path / 'data' / 'metadata'}")
+        await store.start()
+        try:
+            assert await store.children("/ledgers/available") == ["readonly"]  # unregistered
+        finally:
+            await store.close()
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+async def test_adds_to_a_frozen_bookie_time_out_and_resume_after(
+    make_bookie: BookieFactory,
+) -> None:
+    bookie = make_bookie()
+    await bookie.start()
+    client = BookieClient(bookie.address, add_timeout=1.5)
+    await client.connect()
+    try:
+        await client.add_entry(KEY, make_entry(8, 0))
+        assert bookie.proc is not None
+        os.kill(bookie.proc.pid, signal.SIGSTOP)  # alive but silent, like a hung host
+        try:
+            with pytest.raises(BookieTimeoutError):
+                await client.add_entry(KEY, make_entry(8, 1))
+        finally:
+            os.kill(bookie.proc.pid, signal.SIGCONT)
+        await client.add_entry(KEY, make_entry(8, 1))  # the late first copy is identical
+        await client.add_entry(KEY, make_entry(8, 2))
+        assert (await client.read_entry(8, 2)).entry == make_entry(8, 2)
+    finally:
+        await client.close()

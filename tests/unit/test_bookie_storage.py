@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from stripemq.bookie.config import BookieConfig
-from stripemq.bookie.storage import journal as journal_module
+from stripemq.bookie.storage import files as files_module
 from stripemq.bookie.storage.engine import AddOp, BookieStorage, decode_mark, encode_mark
 from stripemq.bookie.storage.journal import (
     LogMark,
@@ -233,7 +233,7 @@ async def test_crash_recovery_replays_journal_after_the_mark(tmp_path: Path) -> 
     await storage.fence(8, KEY)
     journals = list_journals(Path(config.journal_dir))
     assert journals[0] >= mark.journal_id  # files before the mark were deleted
-    # Crash: the object is abandoned without stop(); nothing after the mark was flushed.
+    await storage.abort()  # crash: nothing after the mark reaches the entry log
 
     recovered = BookieStorage(make_config(tmp_path, journal_max_size_mb=1))
     await recovered.start()
@@ -251,7 +251,8 @@ async def test_torn_journal_tail_is_ignored(tmp_path: Path) -> None:
     storage = BookieStorage(config)
     await storage.start()
     await add_ok(storage, *[entry(9, i) for i in range(10)])
-    # Crash; then tear the last record in half, as a power cut mid-write would.
+    await storage.abort()
+    # Then tear the last record in half, as a power cut mid-write would.
     last = Path(config.journal_dir) / f"{list_journals(Path(config.journal_dir))[-1]:016x}.txn"
     size = last.stat().st_size
     with open(last, "r+b") as handle:
@@ -317,22 +318,22 @@ async def test_corrupt_entry_log_record_is_never_served(tmp_path: Path) -> None:
         await reopened.stop()
 
 
+class FullDisk:
+    """``os`` as the storage files module sees it, except that writes hit ENOSPC."""
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(os, name)
+
+    @staticmethod
+    def write(fd: int, data: bytes) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
 async def test_full_journal_disk_fails_adds_and_turns_read_only(
     storage: BookieStorage, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await add_ok(storage, entry(14, 0))
-
-    class FullDisk:
-        """``os`` as seen by the journal, except that writes hit ENOSPC."""
-
-        def __getattr__(self, name: str):
-            return getattr(os, name)
-
-        @staticmethod
-        def write(fd: int, data: bytes) -> int:
-            raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(journal_module, "os", FullDisk())
+    monkeypatch.setattr(files_module, "os", FullDisk())
     (failed,) = await add(storage, entry(14, 1))
     assert isinstance(failed, DiskFullError)
     assert storage.read_only
@@ -340,7 +341,114 @@ async def test_full_journal_disk_fails_adds_and_turns_read_only(
     assert isinstance(refused, BookieReadOnlyError)
     # Reads keep working, and once space is back and the bookie writable, adds resume.
     assert (await storage.read_entry(14, 0))[0] == entry(14, 0)
-    monkeypatch.setattr(journal_module, "os", os)
+    monkeypatch.setattr(files_module, "os", os)
+    storage.read_only = False  # what the disk monitor does when usage falls
+    await add_ok(storage, entry(14, 1), entry(14, 2))
+    assert (await storage.read_entry(14, 2))[0] == entry(14, 2)
+
+
+async def test_full_disk_while_the_journal_rotates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = make_config(tmp_path)
+    storage = BookieStorage(config)
+    await storage.start()
+    await add_ok(storage, entry(15, 0))
+    storage.journal.max_file_size = 0  # the next group must open a new journal file
+    monkeypatch.setattr(files_module, "os", FullDisk())
+    (failed,) = await add(storage, entry(15, 1))
+    assert isinstance(failed, DiskFullError)
+    monkeypatch.setattr(files_module, "os", os)
     storage.read_only = False
-    await add_ok(storage, entry(14, 1))
-    assert (await storage.read_entry(14, 1))[0] == entry(14, 1)
+    await add_ok(storage, entry(15, 1))  # the half-made file did not wedge the journal
+    await storage.abort()
+    recovered = BookieStorage(make_config(tmp_path))
+    await recovered.start()
+    try:
+        assert (await recovered.read_entry(15, 1))[0] == entry(15, 1)
+    finally:
+        await recovered.stop()
+
+
+async def test_full_ledger_disk_during_checkpoint_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = make_config(tmp_path)
+    storage = BookieStorage(config)
+    await storage.start()
+    entries = [entry(16, i, os.urandom(500)) for i in range(5)]
+    await add_ok(storage, *entries)
+    monkeypatch.setattr(files_module, "os", FullDisk())
+    with pytest.raises(OSError):
+        await storage.checkpoint()
+    assert storage.read_only  # a bookie that cannot flush takes no more writes
+    monkeypatch.setattr(files_module, "os", os)
+    await storage.checkpoint()  # space is back: the kept memtable flushes
+    await storage.abort()
+    recovered = BookieStorage(make_config(tmp_path))
+    await recovered.start()
+    try:
+        for i, raw in enumerate(entries):
+            assert (await recovered.read_entry(16, i))[0] == raw
+    finally:
+        await recovered.stop()
+
+
+async def test_no_add_is_acknowledged_after_a_fence(storage: BookieStorage) -> None:
+    import asyncio
+
+    await add_ok(storage, entry(17, 0), entry(17, 1))
+    await storage.checkpoint()  # a re-add of entry 1 now reads the entry log in a thread
+    events: list[str] = []
+
+    async def late_add() -> None:
+        (result,) = await add(storage, entry(17, 1))
+        events.append("add ok" if isinstance(result, EntryHeader) else type(result).__name__)
+
+    async def fence() -> None:
+        await storage.fence(17, KEY)
+        events.append("fenced")
+
+    await asyncio.gather(late_add(), fence())  # the add starts first, then awaits a read
+    assert sorted(events) == ["LedgerFencedError", "fenced"]
+
+
+async def test_stop_during_a_timed_flush_is_clean(tmp_path: Path) -> None:
+    import asyncio
+
+    storage = BookieStorage(make_config(tmp_path, flush_interval_ms=1))
+    await storage.start()
+    for i in range(30):
+        await add_ok(storage, entry(18, i, os.urandom(20_000)))
+        await asyncio.sleep(0)
+    await storage.stop()  # must not raise, wherever the timer's flush was
+    reopened = BookieStorage(make_config(tmp_path))
+    await reopened.start()
+    try:
+        assert (await reopened.read_entry(18, 29))[0][HEADER_SIZE:] != b""
+        assert len(list_journals(Path(reopened.config.journal_dir))) == 1
+    finally:
+        await reopened.stop()
+
+
+async def test_unreadable_index_header_leaves_the_rest_served(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    storage = BookieStorage(config)
+    await storage.start()
+    await add_ok(storage, entry(19, 0), entry(20, 0))
+    await storage.stop()
+    index_file = storage.index.path(19)
+    raw = bytearray(index_file.read_bytes())
+    raw[10] ^= 0xFF
+    index_file.write_bytes(bytes(raw))
+
+    reopened = BookieStorage(make_config(tmp_path))
+    await reopened.start()
+    try:
+        assert (await reopened.read_entry(20, 0))[0] == entry(20, 0)
+        assert (await reopened.read_entry(19, 0))[0] == entry(19, 0)
+        (refused,) = await add(reopened, entry(19, 1))
+        assert isinstance(refused, LedgerFencedError)  # fence state unknown: assume fenced
+        await add_ok(reopened, entry(20, 1))
+    finally:
+        await reopened.stop()

@@ -69,7 +69,6 @@ class LedgerState:
     explicit_lac: int = -1
     lac: int = -1
     last_entry_id: int = -1
-    header_dirty: bool = False
     lac_changed: asyncio.Event | None = field(default=None, repr=False)
 
     def header(self) -> LedgerHeader:
@@ -127,10 +126,13 @@ class BookieStorage:
             sync_data=config.journal_sync_data,
             max_file_size=config.journal_max_size_mb * 1024 * 1024,
         )
+        self._memtable_limit = config.write_cache_max_size_mb * 1024 * 1024
         self.read_only = False
         self.entries_added = 0
         self.checkpoints = 0
         self._ledgers: dict[int, LedgerState] = {}
+        # Ledgers whose header (fence, key, explicit LAC) changed since the last checkpoint.
+        self._dirty_headers: set[int] = set()
         self._read_cache: OrderedDict[tuple[int, int], bytes] = OrderedDict()
         self._read_cache_bytes = 0
         self._read_io = ThreadPoolExecutor(max_workers=4, thread_name_prefix="bookie-read")
@@ -139,6 +141,7 @@ class BookieStorage:
         self._flush_task: asyncio.Task[None] | None = None
         self._timer_task: asyncio.Task[None] | None = None
         self._flushed = asyncio.Event()
+        self._stopping = asyncio.Event()
         self._mark = LogMark(0, 0)
         self._closed = False
 
@@ -163,18 +166,33 @@ class BookieStorage:
         if self._closed:
             return
         self._closed = True
-        if self._timer_task is not None:
-            self._timer_task.cancel()
-        if self._flush_task is not None:
-            await asyncio.gather(self._flush_task, return_exceptions=True)
+        self._stopping.set()
+        # Let a flush in progress finish rather than cancel it half-way.
+        pending = [t for t in (self._timer_task, self._flush_task) if t is not None]
+        await asyncio.gather(*pending, return_exceptions=True)
         await self.journal.close()
         try:
             await self.checkpoint()
         finally:
-            loop = asyncio.get_running_loop()
-            await loop.run_in_executor(self._flush_io, self._close_files)
-            self._flush_io.shutdown(wait=True)
-            self._read_io.shutdown(wait=True)
+            await self._release()
+
+    async def abort(self) -> None:
+        """Stop at once without flushing, leaving the disks as a crash would."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stopping.set()
+        for task in (self._timer_task, self._flush_task):
+            if task is not None:
+                task.cancel()
+        await self.journal.abort()
+        await self._release()
+
+    async def _release(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._read_io.shutdown(wait=True)  # no read may use a descriptor after it is closed
+        await loop.run_in_executor(self._flush_io, self._close_files)
+        self._flush_io.shutdown(wait=True)
 
     def _open_and_replay(self) -> None:
         self.ledger_dir.mkdir(parents=True, exist_ok=True)
@@ -219,7 +237,7 @@ class BookieStorage:
             lac = decode_lac(record.body)
             state.explicit_lac = max(state.explicit_lac, lac)
             state.lac = max(state.lac, lac)
-        state.header_dirty = True
+        self._dirty_headers.add(state.ledger_id)
 
     def _close_files(self) -> None:
         self.entry_log.close()
@@ -229,7 +247,13 @@ class BookieStorage:
 
     def _load_state_sync(self, ledger_id: int) -> LedgerState | None:
         """Rebuild a ledger's state from its index file (blocking; off the loop)."""
-        header = self.index.read_header(ledger_id)
+        try:
+            header = self.index.read_header(ledger_id)
+        except DigestMismatchError as exc:
+            # Whether it was fenced is unknown: assume it was, so no old writer gets through.
+            # Its entries stay readable; a recovery add may still re-replicate into it.
+            log.error("%s; serving ledger %d as fenced", exc, ledger_id)
+            header = LedgerHeader(fenced=True)
         if header is None:
             return None
         state = LedgerState(
@@ -271,7 +295,7 @@ class BookieStorage:
             raise InvalidEntryError(f"master key longer than {MAX_MASTER_KEY} bytes")
         if state.master_key is None:
             state.master_key = master_key
-            state.header_dirty = True
+            self._dirty_headers.add(state.ledger_id)
             records.append(encode_record(RecordType.MASTER_KEY, state.ledger_id, master_key))
         elif state.master_key != master_key:
             raise UnauthorizedAccessError(f"wrong master key for ledger {state.ledger_id}")
@@ -286,6 +310,10 @@ class BookieStorage:
 
     async def add_entries(self, ops: list[AddOp]) -> list[BookieError | EntryHeader]:
         """Add a batch; one result per op: its header on success or the error it got."""
+        try:
+            await self._wait_for_memtable_room()
+        except BookieError as exc:
+            return [exc] * len(ops)
         results: list[BookieError | EntryHeader] = []
         records: list[bytes] = []
         accepted: list[int] = []
@@ -310,13 +338,18 @@ class BookieStorage:
         self.entries_added += len(accepted)
         for state, lac in touched:
             state.advance_lac(lac)
-        await self._maybe_flush()
+        self._maybe_flush()
         return results
 
     async def _prepare_add(
         self, op: AddOp, records: list[bytes]
     ) -> tuple[EntryHeader, LedgerState]:
-        """Validate one add and apply it to the memtable; queue its journal records."""
+        """Validate one add and apply it to the memtable; queue its journal records.
+
+        Everything that awaits comes first. The checks that a concurrent fence or add could
+        change, and the changes themselves, run without yielding to the loop, so an add can
+        never slip in after a fence has been applied.
+        """
         self._writable()
         if len(op.entry) > self.config.max_entry_size + HEADER_SIZE:
             raise EntryTooLargeError(
@@ -327,11 +360,18 @@ class BookieStorage:
         if header.entry_id > MAX_ENTRY_ID:
             raise InvalidEntryError(f"entry id {header.entry_id} is beyond {MAX_ENTRY_ID}")
         state = await self._state(header.ledger_id, create=True)
+        if header.entry_id <= state.last_entry_id:
+            await self._check_duplicate(header, op.entry)
+        # ---- no await below this line
+        self._writable()
         self._check_key(state, op.master_key, records)
         if state.fenced and not op.recovery_add:
             raise LedgerFencedError(f"ledger {header.ledger_id} is fenced")
-        if header.entry_id <= state.last_entry_id:
-            await self._check_duplicate(header, op.entry)
+        concurrent = self.memtable.get(header.ledger_id, header.entry_id)
+        if concurrent is not None and concurrent[HEADER_SIZE:] != op.entry[HEADER_SIZE:]:
+            raise InvalidEntryError(
+                f"entry {header.ledger_id}:{header.entry_id} already exists with other data"
+            )
         self.memtable.put(header.ledger_id, header.entry_id, op.entry)
         self._read_cache_drop((header.ledger_id, header.entry_id))
         state.last_entry_id = max(state.last_entry_id, header.entry_id)
@@ -359,7 +399,7 @@ class BookieStorage:
         self._check_key(state, master_key, records)
         if not state.fenced:
             state.fenced = True
-            state.header_dirty = True
+            self._dirty_headers.add(state.ledger_id)
             records.append(encode_record(RecordType.FENCE, ledger_id))
         if records:
             await self._journal_append(b"".join(records))
@@ -373,7 +413,7 @@ class BookieStorage:
         self._check_key(state, master_key, records)
         if lac > state.explicit_lac:
             state.explicit_lac = lac
-            state.header_dirty = True
+            self._dirty_headers.add(state.ledger_id)
             records.append(encode_record(RecordType.EXPLICIT_LAC, ledger_id, encode_lac(lac)))
         if records:
             await self._journal_append(b"".join(records))
@@ -490,20 +530,21 @@ class BookieStorage:
         async with self._flush_lock:
             mark = self.journal.written_mark
             snapshot = self.memtable.take_snapshot()
-            headers = {}
-            for state in self._ledgers.values():
-                if state.header_dirty:
-                    state.header_dirty = False
-                    headers[state.ledger_id] = state.header()
+            dirty, self._dirty_headers = self._dirty_headers, set()
+            headers = {ledger_id: self._ledgers[ledger_id].header() for ledger_id in dirty}
             loop = asyncio.get_running_loop()
             try:
                 await loop.run_in_executor(
                     self._flush_io, self._flush_sync, snapshot, headers, mark
                 )
-            except Exception:
-                for ledger_id in headers:
-                    self._ledgers[ledger_id].header_dirty = True
+            except BaseException as exc:
+                # Keep everything for the next attempt. Even if this coroutine was cancelled
+                # while the thread still runs, a later flush queues behind it on _flush_io.
+                self._dirty_headers |= dirty
                 self.memtable.restore_snapshot()
+                if isinstance(exc, Exception) and not self.read_only:
+                    log.error("checkpoint failed (%s): bookie turns read-only", exc)
+                    self.read_only = True
                 raise
             self.memtable.drop_snapshot()
             self._mark = mark
@@ -538,12 +579,15 @@ class BookieStorage:
             "checkpoint: %d entries, mark %016x:%d", len(snapshot), mark.journal_id, mark.offset
         )
 
-    async def _maybe_flush(self) -> None:
-        limit = self.config.write_cache_max_size_mb * 1024 * 1024
-        if self.memtable.active_bytes >= limit:
+    def _maybe_flush(self) -> None:
+        """Start a background checkpoint once the active memtable is full."""
+        if self.memtable.active_bytes >= self._memtable_limit:
             self._start_background_flush()
-        # Back-pressure: never hold more than two memtables' worth of entries.
-        while self.memtable.size_bytes >= 2 * limit and not self._closed:
+
+    async def _wait_for_memtable_room(self) -> None:
+        """Back-pressure: accept no add while two memtables' worth of entries wait to flush."""
+        while self.memtable.size_bytes >= 2 * self._memtable_limit:
+            self._writable()  # a failing checkpoint turns the bookie read-only: refuse
             self._start_background_flush()
             try:
                 await asyncio.wait_for(asyncio.shield(self._flushed.wait()), 1.0)
@@ -562,7 +606,11 @@ class BookieStorage:
 
     async def _flush_timer(self) -> None:
         interval = self.config.flush_interval_ms / 1000
-        while True:
-            await asyncio.sleep(interval)
-            if self.memtable.active_bytes or any(s.header_dirty for s in self._ledgers.values()):
+        while not self._stopping.is_set():
+            try:
+                await asyncio.wait_for(self._stopping.wait(), interval)
+                return
+            except TimeoutError:
+                pass
+            if self.memtable.active_bytes or self._dirty_headers:
                 await self._flush_in_background()

@@ -13,7 +13,7 @@ import struct
 import threading
 from pathlib import Path
 
-from stripemq.bookie.storage.files import fsync_dir, pread_exact
+from stripemq.bookie.storage.files import create_with_header, pread_exact, write_all
 from stripemq.errors import DigestMismatchError
 
 log = logging.getLogger(__name__)
@@ -70,33 +70,35 @@ class EntryLogger:
         """Append entries in order; returns their locations. Flushing thread only.
 
         Records are gathered into one write per log file, so a flush costs a few system
-        calls rather than one per entry.
+        calls rather than one per entry. If a write fails, the log is cut back to where it
+        was and the error raised: no location handed out ever points past the real end.
         """
         locations: list[int] = []
         chunk: list[bytes] = []
+        self._ensure_log()
+        offset = self._offset
         for entry in entries:
             size = _SIZE.size + len(entry)
-            if self._offset + size > self.size_limit and self._offset > len(FILE_MAGIC):
-                self._write(chunk)
+            if offset + size > self.size_limit and offset > len(FILE_MAGIC):
+                self._write(chunk, offset)
                 chunk = []
                 self._rotate()
-            locations.append(make_location(self._log_id, self._offset))
+                offset = self._offset
+            locations.append(make_location(self._log_id, offset))
             chunk += (_SIZE.pack(len(entry)), entry)
-            self._offset += size
-        self._write(chunk)
+            offset += size
+        self._write(chunk, offset)
         return locations
 
-    def _write(self, chunk: list[bytes]) -> None:
-        if not chunk:
-            return
-        view = memoryview(b"".join(chunk))
-        while view:
-            view = view[os.write(self._fd, view) :]
-        self._dirty = True
+    def _write(self, chunk: list[bytes], end_offset: int) -> None:
+        if chunk:
+            write_all(self._fd, b"".join(chunk))
+            self._dirty = True
+        self._offset = end_offset
 
     def sync(self) -> None:
         """Make every appended entry durable."""
-        if self._dirty:
+        if self._dirty and self._fd >= 0:
             os.fdatasync(self._fd)
             self._dirty = False
 
@@ -136,15 +138,17 @@ class EntryLogger:
             return fd
 
     def _rotate(self) -> None:
-        self.sync()  # the caller has written everything up to self._offset
-        os.close(self._fd)
+        self.sync()
         log.info("entry log %08x reached %d bytes; rotating", self._log_id, self._offset)
+        fd, self._fd = self._fd, -1
+        os.close(fd)
         self._start_log(self._log_id + 1)
 
+    def _ensure_log(self) -> None:
+        """Open the next log if the last rotation failed half-way (e.g. on a full disk)."""
+        if self._fd < 0:
+            self._start_log(self._log_id + 1)
+
     def _start_log(self, log_id: int) -> None:
-        path = self.path(log_id)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
-        os.write(fd, FILE_MAGIC)
-        os.fsync(fd)
-        fsync_dir(self.directory)
-        self._fd, self._log_id, self._offset = fd, log_id, len(FILE_MAGIC)
+        fd = create_with_header(self.path(log_id), FILE_MAGIC)
+        self._fd, self._log_id, self._offset, self._dirty = fd, log_id, len(FILE_MAGIC), False

@@ -20,9 +20,7 @@ def write_atomically(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        write_all(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -41,3 +39,36 @@ def pread_exact(fd: int, size: int, offset: int) -> bytes:
         size -= len(chunk)
         offset += len(chunk)
     return b"".join(chunks)
+
+
+def create_with_header(path: Path, header: bytes) -> int:
+    """Create ``path`` for appending, durably holding ``header``; returns the open fd.
+
+    On any failure (a full disk, say) the half-made file is removed, so the caller can try
+    again with the same name.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+    try:
+        write_all(fd, header)
+        os.fsync(fd)
+        fsync_dir(path.parent)
+    except BaseException:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+        raise
+    return fd
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data``; on failure cut the file back so no partial record remains."""
+    start = os.lseek(fd, 0, os.SEEK_END)
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+    except BaseException:
+        try:
+            os.ftruncate(fd, start)
+        except OSError:
+            pass
+        raise

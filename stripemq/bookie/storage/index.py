@@ -17,7 +17,7 @@ from pathlib import Path
 
 import crc32c
 
-from stripemq.bookie.storage.files import fsync_dir, pread_exact
+from stripemq.bookie.storage.files import pread_exact, write_atomically
 from stripemq.errors import DigestMismatchError
 
 HEADER_SIZE = 256
@@ -171,13 +171,11 @@ class LedgerIndex:
         path = self.path(ledger_id)
         flags = os.O_RDWR
         if create and not path.exists():
+            # Made whole under another name, then renamed: a crash never leaves an index
+            # file without its header.
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, flags | os.O_CREAT, 0o644)
-            os.pwrite(fd, LedgerHeader().encode(), 0)
-            os.fsync(fd)
-            fsync_dir(path.parent)
-        else:
-            fd = os.open(path, flags)
+            write_atomically(path, LedgerHeader().encode())
+        fd = os.open(path, flags)
         self._fds[ledger_id] = fd
         while len(self._fds) > self.max_open_files:
             old_id, old_fd = self._fds.popitem(last=False)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import crc32c
 
-from stripemq.bookie.storage.files import fsync_dir
+from stripemq.bookie.storage.files import create_with_header, write_all
 from stripemq.errors import BookieError, DiskFullError
 
 log = logging.getLogger(__name__)
@@ -210,6 +210,20 @@ class JournalWriter:
         await asyncio.get_running_loop().run_in_executor(self._io, self._close_fd)
         self._io.shutdown(wait=True)
 
+    async def abort(self) -> None:
+        """Stop without writing what is queued (a simulated or fatal crash)."""
+        self._closing = True
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        error = BookieError("journal aborted")
+        for waiter in self._group.waiters:
+            if not waiter.done():
+                waiter.set_exception(error)
+        self._group = _Group()
+        await asyncio.get_running_loop().run_in_executor(self._io, self._close_fd)
+        self._io.shutdown(wait=True)
+
     def delete_before(self, journal_id: int) -> list[int]:
         """Remove journal files older than ``journal_id`` (covered by a checkpoint)."""
         removed = []
@@ -249,7 +263,10 @@ class JournalWriter:
             buf = b"".join(group.chunks)
             try:
                 mark = await loop.run_in_executor(self._io, self._write_and_sync, buf)
-            except BookieError as exc:
+            except Exception as exc:
+                if not isinstance(exc, BookieError):
+                    log.exception("unexpected journal failure")
+                    exc = BookieError(f"journal failure: {exc}")
                 for waiter in group.waiters:
                     if not waiter.done():
                         waiter.set_exception(exc)
@@ -263,12 +280,10 @@ class JournalWriter:
     # ------------------------------------------------------------------ writer thread
 
     def _new_file(self, journal_id: int) -> None:
-        self._close_fd()
+        """Switch to a fresh journal file; the current one stays in use if this fails."""
         path = journal_path(self.directory, journal_id)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
-        os.write(fd, FILE_MAGIC)
-        os.fsync(fd)
-        fsync_dir(self.directory)
+        fd = create_with_header(path, FILE_MAGIC)
+        self._close_fd()
         self._fd, self._journal_id, self._offset = fd, journal_id, len(FILE_MAGIC)
         self._written = LogMark(journal_id, self._offset)
         log.info("journal file %s opened", path.name)
@@ -283,10 +298,7 @@ class JournalWriter:
             if self._roll_next or self._offset >= self.max_file_size:
                 self._new_file(self._journal_id + 1)
                 self._roll_next = False
-            view = memoryview(buf)
-            while view:
-                written = os.write(self._fd, view)
-                view = view[written:]
+            write_all(self._fd, buf)
             self._offset += len(buf)
             self._written = LogMark(self._journal_id, self._offset)
             if self.sync_data:
@@ -294,13 +306,9 @@ class JournalWriter:
                 self.fsync_count += 1
             return self._written
         except OSError as exc:
-            # A partial record may now sit at the tail; replay stops at it, so later records
-            # must go to a fresh file, never after the torn one.
+            # Whatever went wrong, later records go to a fresh file: none may ever follow a
+            # torn record, where replay would stop before reaching it.
             self._roll_next = True
-            try:
-                os.ftruncate(self._fd, self._offset)
-            except OSError:
-                pass
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise DiskFullError(f"journal disk is full: {exc}") from exc
             raise BookieError(f"journal write failed: {exc}") from exc

@@ -7,8 +7,6 @@ entry is always readable from somewhere while it moves to disk.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 EntryKey = tuple[int, int]
 
 
@@ -60,10 +58,3 @@ class Memtable:
         """Forget the snapshot once its entries are durable in the entry log and index."""
         self._snapshot = {}
         self.snapshot_bytes = 0
-
-    def ledger_entries(self, ledger_id: int) -> Iterator[int]:
-        """Entry ids of ``ledger_id`` held in either table (unordered)."""
-        for table in (self._active, self._snapshot):
-            for led, entry in table:
-                if led == ledger_id:
-                    yield entry
