@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from stripemq.bookie.config import BookieConfig
 from stripemq.bookie.storage import files as files_module
@@ -452,3 +454,58 @@ async def test_unreadable_index_header_leaves_the_rest_served(tmp_path: Path) ->
         await add_ok(reopened, entry(20, 1))
     finally:
         await reopened.stop()
+
+
+# ------------------------------------------------------------------------- group commit
+
+
+async def test_group_commit_covers_many_adds_with_one_fsync(storage: BookieStorage) -> None:
+    import asyncio
+
+    before = storage.journal.fsync_count
+    batches = [[entry(21, b * 10 + i) for i in range(10)] for b in range(50)]
+    await asyncio.gather(*(add_ok(storage, *batch) for batch in batches))
+    fsyncs = storage.journal.fsync_count - before
+    assert 1 <= fsyncs < 10, f"500 concurrent adds took {fsyncs} fsyncs"
+
+
+async def test_journal_sync_data_false_skips_fsync(tmp_path: Path) -> None:
+    storage = BookieStorage(make_config(tmp_path, journal_sync_data=False))
+    await storage.start()
+    try:
+        await add_ok(storage, *[entry(22, i) for i in range(20)])
+        assert storage.journal.fsync_count == 0
+        assert (await storage.read_entry(22, 19))[0] == entry(22, 19)
+    finally:
+        await storage.stop()
+
+
+# ------------------------------------------------------------------------- journal properties
+
+_record_types = st.sampled_from([RecordType.ENTRY, RecordType.FENCE, RecordType.MASTER_KEY])
+_records = st.lists(
+    st.tuples(_record_types, st.integers(0, 2**63), st.binary(max_size=64)), max_size=12
+)
+
+
+@given(records=_records, cut=st.integers(min_value=0))
+def test_any_torn_journal_replays_a_prefix_of_what_was_written(
+    records: list[tuple[RecordType, int, bytes]], cut: int
+) -> None:
+    encoded = [encode_record(kind, ledger, body) for kind, ledger, body in records]
+    buf = b"".join(encoded)
+    torn = buf[: cut % (len(buf) + 1)]
+    replayed = [(r.type, r.ledger_id, r.body) for r, _ in decode_records(torn, 0)]
+    assert replayed == records[: len(replayed)]
+    assert sum(map(len, encoded[: len(replayed)])) <= len(torn)
+
+
+@given(records=_records.filter(bool), position=st.integers(min_value=0), flip=st.integers(1, 255))
+def test_a_corrupted_byte_never_replays_as_a_different_record(
+    records: list[tuple[RecordType, int, bytes]], position: int, flip: int
+) -> None:
+    buf = bytearray(b"".join(encode_record(kind, ledger, body) for kind, ledger, body in records))
+    buf[position % len(buf)] ^= flip
+    replayed = [(r.type, r.ledger_id, r.body) for r, _ in decode_records(bytes(buf), 0)]
+    assert replayed == records[: len(replayed)]
+    assert len(replayed) < len(records)
