@@ -9,6 +9,7 @@ delivered on the event loop, and session events.
 from __future__ import annotations
 
 import abc
+import asyncio
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -127,6 +128,9 @@ class MetadataStore(abc.ABC):
     session listeners) run on that loop too, never on a backend thread.
     """
 
+    def __init__(self) -> None:
+        self._session_listeners: list[SessionListener] = []
+
     @abc.abstractmethod
     async def start(self) -> None:
         """Connect/open; a session begins and ``SessionEvent.CONNECTED`` fires."""
@@ -183,17 +187,26 @@ class MetadataStore(abc.ABC):
         ``None`` for ``DeleteOp`` and ``CheckOp``.
         """
 
-    @abc.abstractmethod
     def watch(self, path: str, callback: WatchCallback) -> WatchHandle:
         """Call ``callback`` on every create/change/delete of ``path`` until cancelled."""
+        return self._add_watch(False, path, callback)
 
-    @abc.abstractmethod
     def watch_children(self, path: str, callback: WatchCallback) -> WatchHandle:
         """Call ``callback`` whenever the set of ``path``'s children changes."""
+        return self._add_watch(True, path, callback)
 
     @abc.abstractmethod
+    def _add_watch(self, children: bool, path: str, callback: WatchCallback) -> WatchHandle:
+        """The backend's watch on a node's data (``children=False``) or its children."""
+
     def add_session_listener(self, listener: SessionListener) -> None:
         """Receive ``SessionEvent``s for this store's session."""
+        self._session_listeners.append(listener)
+
+    def _emit_session_event(self, loop: asyncio.AbstractEventLoop, event: SessionEvent) -> None:
+        """Deliver ``event`` to every listener on ``loop`` (an exception goes to its handler)."""
+        for listener in list(self._session_listeners):
+            loop.call_soon(listener, event)
 
     # ------------------------------------------------------------------ helpers
 

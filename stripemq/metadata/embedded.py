@@ -49,7 +49,6 @@ from stripemq.metadata.api import (
     MetadataStore,
     Op,
     SessionEvent,
-    SessionListener,
     SetOp,
     Stat,
     WatchCallback,
@@ -458,13 +457,13 @@ class EmbeddedMetadataStore(MetadataStore):
     """
 
     def __init__(self, url: str = "memory://", *, session_timeout: float | None = None) -> None:
+        super().__init__()
         self.url = url
         self._key, self._directory = _parse_url(url)
         self._session_id = secrets.randbits(62) + 1
         self._engine: _Engine | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._state = "new"  # new -> open -> (lost) -> closed
-        self._listeners: list[SessionListener] = []
         self._watchers: list[tuple[bool, str, _Watcher]] = []
 
     @property
@@ -568,17 +567,6 @@ class EmbeddedMetadataStore(MetadataStore):
             lambda txn: [txn.apply(op, self._session_id) for op in ops]
         )
 
-    # ------------------------------------------------------------------ watches
-
-    def watch(self, path: str, callback: WatchCallback) -> WatchHandle:
-        return self._add_watch(False, path, callback)
-
-    def watch_children(self, path: str, callback: WatchCallback) -> WatchHandle:
-        return self._add_watch(True, path, callback)
-
-    def add_session_listener(self, listener: SessionListener) -> None:
-        self._listeners.append(listener)
-
     # ------------------------------------------------------------------ internals
 
     def _require_open(self) -> _Engine:
@@ -610,5 +598,4 @@ class EmbeddedMetadataStore(MetadataStore):
 
     def _emit(self, event: SessionEvent) -> None:
         assert self._loop is not None
-        for listener in list(self._listeners):
-            self._loop.call_soon(listener, event)  # an exception goes to the loop's handler
+        self._emit_session_event(self._loop, event)

@@ -48,7 +48,6 @@ from stripemq.metadata.api import (
     MetadataStore,
     Op,
     SessionEvent,
-    SessionListener,
     SetOp,
     Stat,
     WatchCallback,
@@ -233,6 +232,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         session_timeout: float = 10.0,
         connect_timeout: float = 15.0,
     ) -> None:
+        super().__init__()
         self.url = url
         self._hosts, self._chroot = parse_zk_url(url)
         self._session_timeout = session_timeout
@@ -243,7 +243,6 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._expired = False  # set from kazoo's thread the moment the session is lost
         self._closing = False
         self._suspended = False
-        self._listeners: list[SessionListener] = []
         self._watches: dict[tuple[bool, str], _PathWatch] = {}
         self._lost = asyncio.Event()
         self._stopper: asyncio.Task[None] | None = None
@@ -429,17 +428,6 @@ class ZooKeeperMetadataStore(MetadataStore):
                 out.append(None)
         return out
 
-    # ------------------------------------------------------------------ watches
-
-    def watch(self, path: str, callback: WatchCallback) -> WatchHandle:
-        return self._add_watch(False, path, callback)
-
-    def watch_children(self, path: str, callback: WatchCallback) -> WatchHandle:
-        return self._add_watch(True, path, callback)
-
-    def add_session_listener(self, listener: SessionListener) -> None:
-        self._listeners.append(listener)
-
     # ------------------------------------------------------------------ internals
 
     def _abs(self, path: str) -> str:
@@ -572,9 +560,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._emit(event)
 
     def _emit(self, event: SessionEvent) -> None:
-        loop = self._loop_or_fail()
-        for listener in list(self._listeners):
-            loop.call_soon(listener, event)  # an exception goes to the loop's handler
+        self._emit_session_event(self._loop_or_fail(), event)
 
 
 def _shutdown(client: KazooClient) -> None:
