@@ -34,8 +34,12 @@ class BookieRegistration:
         store_factory: Callable[[], Awaitable[MetadataStore]],
         bookie_id: str,
         info: dict[str, object],
+        *,
+        owns_store: bool = True,
     ) -> None:
         self._store_factory = store_factory
+        # False when the store is lent (standalone shares one with its other roles).
+        self._owns_store = owns_store
         self.bookie_id = bookie_id
         self.info = info
         self.read_only = False
@@ -75,7 +79,8 @@ class BookieRegistration:
                 await self.store.delete(registration_path(self.bookie_id, self.read_only))
             except MetadataError:
                 pass
-            await self.store.close()
+            if self._owns_store:
+                await self.store.close()
             self.store = None
 
     def _state_word(self) -> str:
@@ -117,7 +122,7 @@ class BookieRegistration:
             try:
                 async with self._lock:
                     old, self.store = self.store, None
-                    if old is not None:
+                    if old is not None and self._owns_store:
                         try:
                             await old.close()
                         except MetadataError:

@@ -215,7 +215,10 @@ class BookieServer:
         usage = await asyncio.to_thread(fullest_disk, self._disk_paths())
         self.storage.read_only = self._policy.read_only_after(False, usage.fraction)
         self.registration = BookieRegistration(
-            self._make_store, self.bookie_id, {"rack": self.config.rack}
+            self._make_store,
+            self.bookie_id,
+            {"rack": self.config.rack},
+            owns_store=self._shared_store is None,
         )
         await self.registration.start(read_only=self.storage.read_only)
         self._monitor = asyncio.create_task(self._watch_disks(), name="bookie-disk-monitor")
@@ -241,7 +244,7 @@ class BookieServer:
 
     async def _make_store(self) -> MetadataStore:
         if self._shared_store is not None:
-            return _Unclosable(self._shared_store)  # type: ignore[return-value]
+            return self._shared_store
         store = create_metadata_store(self.config.metadata_service_uri)
         await store.start()
         return store
@@ -264,16 +267,3 @@ class BookieServer:
                 raise
             except Exception:
                 log.exception("disk check failed")
-
-
-class _Unclosable:
-    """Lends a store owned by someone else (standalone) without letting us close it."""
-
-    def __init__(self, store: MetadataStore) -> None:
-        self._store = store
-
-    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
-        return getattr(self._store, name)
-
-    async def close(self) -> None:
-        return None

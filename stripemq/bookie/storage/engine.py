@@ -474,19 +474,18 @@ class BookieStorage:
                 continue
 
     async def _read_stored(self, ledger_id: int, entry_id: int) -> bytes:
+        """The entry's bytes, already verified: on add (memtable) or on its disk read."""
         key = (ledger_id, entry_id)
         entry = self.memtable.get(ledger_id, entry_id)
-        if entry is None:
-            entry = self._read_cache.get(key)
-            if entry is not None:
-                self._read_cache.move_to_end(key)
-        if entry is None:
-            loop = asyncio.get_running_loop()
-            entry = await loop.run_in_executor(self._read_io, self._read_disk, ledger_id, entry_id)
-            verify_entry(entry)
-            self._read_cache_put(key, entry)
+        if entry is not None:
             return entry
-        verify_entry(entry)
+        entry = self._read_cache.get(key)
+        if entry is not None:
+            self._read_cache.move_to_end(key)
+            return entry
+        loop = asyncio.get_running_loop()
+        entry = await loop.run_in_executor(self._read_io, self._read_disk, ledger_id, entry_id)
+        self._read_cache_put(key, entry)
         return entry
 
     def _read_disk(self, ledger_id: int, entry_id: int) -> bytes:
