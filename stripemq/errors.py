@@ -136,6 +136,61 @@ class ReadTimeoutError(BookieTimeoutError):
     """A long-poll read found no entry beyond the LAC before its timeout."""
 
 
+# --------------------------------------------------------------------------- ledger client
+
+
+class ReadError(BookieError):
+    """No replica could serve an entry, or the entry lies past what the reader may see."""
+
+    bk_code = -1  # ReadException
+
+
+class NotEnoughBookiesError(BookieError):
+    """Placement found fewer writable bookies than the ensemble (or a replacement) needs."""
+
+    bk_code = -6  # NotEnoughBookiesException
+    grpc_status = grpc.StatusCode.UNAVAILABLE
+
+
+class LedgerRecoveryError(BookieError):
+    """Recovery could not decide the ledger's last entry (too few bookies answered)."""
+
+    bk_code = -10  # LedgerRecoveryException
+    grpc_status = grpc.StatusCode.UNAVAILABLE
+
+
+class LedgerClosedError(BookieError):
+    """An add on a ledger handle that is closed (by its writer or by recovery)."""
+
+    bk_code = -11  # LedgerClosedException
+    grpc_status = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class MetadataVersionError(BookieError):
+    """Ledger metadata changed underneath in a way this handle cannot reconcile."""
+
+    bk_code = -17  # MetadataVersionException
+    grpc_status = grpc.StatusCode.ABORTED
+
+
+class ClientClosedError(BookieError):
+    bk_code = -19  # ClientClosedException
+    grpc_status = grpc.StatusCode.UNAVAILABLE
+
+
+class IllegalOpError(BookieError):
+    """The operation is not allowed on this handle (an add on a read-only handle)."""
+
+    bk_code = -100  # IllegalOpException
+    grpc_status = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class ReplicationError(BookieError):
+    """Auto-recovery could not re-replicate a fragment."""
+
+    bk_code = -200  # ReplicationException
+
+
 BOOKIE_ERRORS_BY_CODE: dict[int, type[BookieError]] = {}
 for _cls in (
     EntryTooLargeError,
@@ -149,6 +204,14 @@ for _cls in (
     BookieReadOnlyError,
     BookieUnavailableError,
     ReadTimeoutError,
+    ReadError,
+    NotEnoughBookiesError,
+    LedgerRecoveryError,
+    LedgerClosedError,
+    MetadataVersionError,
+    ClientClosedError,
+    IllegalOpError,
+    ReplicationError,
 ):
     BOOKIE_ERRORS_BY_CODE[_cls.bk_code] = _cls
 

@@ -76,7 +76,12 @@ def test_entry_roundtrip_and_digest() -> None:
     raw = encode_entry(7, 3, 2, b"hello")
     header = verify_entry(raw)
     assert (header.ledger_id, header.entry_id, header.lac, header.length) == (7, 3, 2, 5)
+    assert header.data_length == 5
     assert raw[HEADER_SIZE:] == b"hello"
+    # The length field is the ledger's length through this entry, as in BookKeeper.
+    assert verify_entry(encode_entry(7, 4, 3, b"world", length=10)).length == 10
+    with pytest.raises(InvalidEntryError):
+        encode_entry(7, 4, 3, b"world", length=4)
     flipped = bytearray(raw)
     flipped[-1] ^= 0x01
     with pytest.raises(DigestMismatchError):
@@ -85,7 +90,7 @@ def test_entry_roundtrip_and_digest() -> None:
     header_flip[20] ^= 0x01  # inside the lac field
     with pytest.raises(DigestMismatchError):
         verify_entry(bytes(header_flip))
-    with pytest.raises(InvalidEntryError):
+    with pytest.raises(DigestMismatchError):  # truncated data no longer matches the CRC
         verify_entry(raw[:-1])
     with pytest.raises(InvalidEntryError):
         verify_entry(b"short")

@@ -1,0 +1,273 @@
+"""Reading a ledger's entries from its replicas, and the read-only handle.
+
+One entry is read from the bookies of its write set in order; a read that has not answered
+after ``speculative_read_timeout_ms`` is doubled up on the next replica, and an error or a
+bad digest moves on at once. Bookies that failed recently are asked last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from stripemq.bookie.bookie_client import ReadResult
+from stripemq.bookie.client.metadata import LedgerMetadata
+from stripemq.errors import (
+    BookieError,
+    DigestMismatchError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+    ReadError,
+    ReadTimeoutError,
+)
+from stripemq.proto.entry import HEADER_SIZE, verify_entry
+
+if TYPE_CHECKING:
+    from stripemq.bookie.client.bookkeeper import BookKeeper
+
+log = logging.getLogger(__name__)
+
+_FAILURE_MEMORY_S = 60.0
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    ledger_id: int
+    entry_id: int
+    data: bytes
+    ledger_length: int  # the ledger's length through this entry
+
+
+def to_ledger_entry(raw: bytes) -> LedgerEntry:
+    header = verify_entry(raw)
+    return LedgerEntry(header.ledger_id, header.entry_id, raw[HEADER_SIZE:], header.length)
+
+
+class BookieHealth:
+    """Remembers which bookies failed lately so reads ask healthy replicas first."""
+
+    def __init__(self) -> None:
+        self._failed_at: dict[str, float] = {}
+
+    def record_failure(self, bookie: str) -> None:
+        self._failed_at[bookie] = time.monotonic()
+
+    def order(self, bookies: Sequence[str]) -> list[str]:
+        now = time.monotonic()
+        return sorted(bookies, key=lambda b: now - self._failed_at.get(b, -1e9) < _FAILURE_MEMORY_S)
+
+
+class ReplicaReader:
+    """Reads entries of one ledger given its metadata; shared by every handle kind."""
+
+    def __init__(self, bk: BookKeeper, ledger_id: int) -> None:
+        self.bk = bk
+        self.ledger_id = ledger_id
+
+    async def read_raw(self, metadata: LedgerMetadata, entry_id: int) -> bytes:
+        """The entry's verified bytes from the first replica that has a good copy."""
+        bookies = self.bk.health.order(metadata.write_set_bookies(entry_id))
+        delay = self.bk.config.speculative_read_timeout_ms / 1000
+        errors: list[BookieError] = []
+        running: dict[asyncio.Task[bytes], str] = {}
+        waiting = list(bookies)
+        try:
+            while waiting or running:
+                if waiting and (not running or delay > 0):
+                    bookie = waiting.pop(0)
+                    running[asyncio.create_task(self._read_from(bookie, entry_id))] = bookie
+                timeout = delay if waiting and delay > 0 else None
+                done, _ = await asyncio.wait(
+                    running, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
+                for task in done:
+                    bookie = running.pop(task)
+                    exc = task.exception()
+                    if exc is None:
+                        return task.result()
+                    if not isinstance(exc, BookieError):
+                        raise exc
+                    errors.append(exc)
+                    if not isinstance(exc, (NoSuchEntryError, NoSuchLedgerError)):
+                        self.bk.health.record_failure(bookie)
+                        log.warning(
+                            "read of %d:%d from %s failed: %s",
+                            self.ledger_id,
+                            entry_id,
+                            bookie,
+                            exc,
+                        )
+        finally:
+            for task in running:
+                task.cancel()
+        if errors and all(isinstance(e, (NoSuchEntryError, NoSuchLedgerError)) for e in errors):
+            raise NoSuchEntryError(f"entry {self.ledger_id}:{entry_id} is on none of {bookies}")
+        raise ReadError(
+            f"cannot read entry {self.ledger_id}:{entry_id} from {bookies}: "
+            + "; ".join(f"{type(e).__name__}: {e}" for e in errors)
+        )
+
+    async def _read_from(self, bookie: str, entry_id: int) -> bytes:
+        client = await self.bk.clients.get(bookie)
+        result = await client.read_entry(self.ledger_id, entry_id)
+        self._check_identity(result, entry_id, bookie)
+        return result.entry
+
+    def _check_identity(self, result: ReadResult, entry_id: int, bookie: str) -> None:
+        header = verify_entry(result.entry)
+        if (header.ledger_id, header.entry_id) != (self.ledger_id, entry_id):
+            raise DigestMismatchError(
+                f"{bookie} answered {header.ledger_id}:{header.entry_id} "
+                f"for {self.ledger_id}:{entry_id}"
+            )
+
+    async def read_range(self, metadata: LedgerMetadata, first: int, last: int) -> list[bytes]:
+        """Entries ``first..last`` inclusive, read concurrently, returned in order."""
+        if first > last:
+            return []
+        window = asyncio.Semaphore(self.bk.config.max_concurrent_reads)
+
+        async def one(entry_id: int) -> bytes:
+            async with window:
+                return await self.read_raw(metadata, entry_id)
+
+        return list(await asyncio.gather(*(one(e) for e in range(first, last + 1))))
+
+    async def read_lac(self, metadata: LedgerMetadata) -> int:
+        """The highest LAC any bookie of the last fragment knows (each is a safe lower bound)."""
+        ensemble = metadata.current_ensemble
+        results = await asyncio.gather(
+            *(self._lac_from(b) for b in ensemble), return_exceptions=True
+        )
+        lacs = [r for r in results if isinstance(r, int)]
+        if not lacs:
+            raise ReadError(f"no bookie of {list(ensemble)} answered for ledger {self.ledger_id}")
+        return max(lacs)
+
+    async def _lac_from(self, bookie: str) -> int:
+        client = await self.bk.clients.get(bookie)
+        try:
+            return (await client.read_lac(self.ledger_id)).lac
+        except NoSuchLedgerError:
+            return -1
+        except BookieError:
+            self.bk.health.record_failure(bookie)
+            raise
+
+    async def long_poll(self, metadata: LedgerMetadata, entry_id: int, timeout_ms: int) -> int:
+        """Wait until a bookie of ``entry_id``'s write set confirms it; the LAC learnt, or -1."""
+        bookies = metadata.write_set_bookies(entry_id)
+
+        async def poll(bookie: str) -> int:
+            client = await self.bk.clients.get(bookie)
+            result = await client.read_entry(
+                self.ledger_id, entry_id, long_poll_timeout_ms=timeout_ms
+            )
+            self._check_identity(result, entry_id, bookie)
+            return max(result.lac, entry_id)
+
+        tasks = [asyncio.create_task(poll(b)) for b in bookies]
+        try:
+            for next_done in asyncio.as_completed(tasks):
+                try:
+                    return await next_done
+                except (ReadTimeoutError, NoSuchEntryError, NoSuchLedgerError):
+                    continue
+                except BookieError as exc:
+                    log.debug("long poll of %d:%d failed: %s", self.ledger_id, entry_id, exc)
+            return -1
+        finally:
+            for task in tasks:
+                task.cancel()
+
+
+class ReadHandle:
+    """What every handle can do: read confirmed entries. Subclasses own ``metadata`` and LAC."""
+
+    def __init__(self, bk: BookKeeper, ledger_id: int, metadata: LedgerMetadata, version: int):
+        self.bk = bk
+        self.ledger_id = ledger_id
+        self.metadata = metadata
+        self.version = version
+        self._reader = ReplicaReader(bk, ledger_id)
+
+    @property
+    def last_add_confirmed(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def is_closed(self) -> bool:
+        return self.metadata.is_closed
+
+    def _check_readable(self, first: int, last: int) -> None:
+        if first < 0 or last < first:
+            raise ReadError(f"invalid entry range {first}..{last} of ledger {self.ledger_id}")
+        lac = self.last_add_confirmed
+        if last > lac:
+            raise ReadError(
+                f"entry {last} of ledger {self.ledger_id} is beyond its last confirmed entry {lac}"
+            )
+
+    async def read_entries(self, first: int, last: int) -> list[LedgerEntry]:
+        """Entries ``first..last`` (inclusive), all confirmed; ``ReadError`` beyond the LAC."""
+        self._check_readable(first, last)
+        return [
+            to_ledger_entry(raw)
+            for raw in await self._reader.read_range(self.metadata, first, last)
+        ]
+
+    async def read_entry(self, entry_id: int) -> LedgerEntry:
+        return (await self.read_entries(entry_id, entry_id))[0]
+
+    async def read_raw_entries(self, first: int, last: int) -> list[bytes]:
+        """The entries as stored (header and digest included), for re-replication."""
+        self._check_readable(first, last)
+        return await self._reader.read_range(self.metadata, first, last)
+
+
+class ReadOnlyLedgerHandle(ReadHandle):
+    """A reader's handle: sees a closed ledger whole, or tails an open one by its LAC."""
+
+    def __init__(self, bk: BookKeeper, ledger_id: int, metadata: LedgerMetadata, version: int):
+        super().__init__(bk, ledger_id, metadata, version)
+        self._lac = metadata.last_entry_id if metadata.is_closed else -1
+
+    @property
+    def last_add_confirmed(self) -> int:
+        return self._lac
+
+    @property
+    def length(self) -> int:
+        return self.metadata.length
+
+    async def refresh_metadata(self) -> None:
+        self.metadata, self.version = await self.bk.ledger_manager.read(self.ledger_id)
+        if self.metadata.is_closed:
+            self._lac = self.metadata.last_entry_id
+
+    async def read_last_add_confirmed(self) -> int:
+        """Ask the bookies (and the metadata, which may say the ledger got closed)."""
+        if self.metadata.is_closed:
+            return self._lac
+        await self.refresh_metadata()
+        if not self.metadata.is_closed:
+            self._lac = max(self._lac, await self._reader.read_lac(self.metadata))
+        return self._lac
+
+    async def wait_for_entries_after(self, entry_id: int, timeout_s: float) -> int:
+        """Tail: wait up to ``timeout_s`` until the LAC passes ``entry_id``; the LAC then."""
+        if self._lac > entry_id or self.metadata.is_closed:
+            return self._lac
+        lac = await self._reader.long_poll(self.metadata, entry_id + 1, int(timeout_s * 1000))
+        if lac > self._lac:
+            self._lac = lac
+        else:
+            await self.refresh_metadata()  # the writer may have closed it or changed ensemble
+        return self._lac
+
+    async def close(self) -> None:
+        """Nothing to release; present so every handle can be closed the same way."""
