@@ -63,6 +63,10 @@ class BookKeeper:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def _check_open(self) -> None:
         if self._closed or not self._started:
             raise ClientClosedError("the ledger client is not started or already closed")

@@ -319,7 +319,7 @@ class LedgerHandle(ReadHandle):
 
     async def _send_explicit_lac(self, interval: float) -> None:
         """When adds pause, tell the bookies the LAC the last entries could not carry."""
-        while not self._closing and self._error is None:
+        while not self._closing and self._error is None and not self.bk.closed:
             await asyncio.sleep(interval)
             if self._pending or self._change_task is not None or self._lac <= self._lac_sent:
                 continue

@@ -127,6 +127,9 @@ class LedgerRecovery:
             answered.add(slot)
             lac = max(lac, answer)
         self._check_coverage(answered, "fencing")
+        # A fragment starts right after the writer's LAC at the time it changed ensemble, so
+        # everything before the last fragment is confirmed on its own fragment already.
+        lac = max(lac, max(self.metadata.ensembles) - 1)
         length = 0
         if lac >= 0:
             raw = await self._recovery_read(self.metadata, lac)
