@@ -15,45 +15,17 @@ import asyncio
 import json
 import os
 import statistics
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 import psutil
 
 from stripemq.bookie.bookie_client import BookieClient
 from stripemq.proto.entry import encode_entry
+from stripemq.testing.bench import measure_fsync_rate, percentile, progress
 from stripemq.testing.bookie import BookieProcess
 
 KEY = b"bench"
-
-
-def progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def measure_fsync_rate(directory: Path, seconds: float = 2.0) -> float:
-    """Sequential 4 KiB appends, each followed by fdatasync: the disk's durable-write rate."""
-    path = directory / "fsync-probe"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-    block = os.urandom(4096)
-    count = 0
-    start = time.perf_counter()
-    try:
-        while time.perf_counter() - start < seconds:
-            os.write(fd, block)
-            os.fdatasync(fd)
-            count += 1
-    finally:
-        os.close(fd)
-        path.unlink()
-    return count / (time.perf_counter() - start)
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
 async def run_size(

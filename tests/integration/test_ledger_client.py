@@ -17,7 +17,9 @@ import pytest
 
 from stripemq.bookie.bookie_client import BookieClient
 from stripemq.bookie.client import BookKeeper, ClientConfig, LedgerHandle, LedgerState
+from stripemq.bookie.client.ledger_manager import LedgerManager
 from stripemq.errors import (
+    ClientClosedError,
     DigestMismatchError,
     IllegalOpError,
     LedgerClosedError,
@@ -135,7 +137,7 @@ async def test_sigkill_mid_stream_changes_ensemble_and_loses_nothing(
             future.add_done_callback(lambda f: acked.append(f.result()))
             window.add(future)
             if len(window) >= 500:
-                done, window = await asyncio.wait(window, return_when=asyncio.FIRST_COMPLETED)
+                _, window = await asyncio.wait(window, return_when=asyncio.FIRST_COMPLETED)
         await asyncio.gather(*window)
         assert acked == list(range(10_000))  # every add completed, in entry order
         assert victim.address not in handle.ensemble
@@ -467,4 +469,25 @@ async def test_rack_aware_ensembles_span_racks(
             assert {rack_of[b] for b in handle.ensemble} == {"/rack-a", "/rack-b"}
             await handle.close()
     finally:
+        cluster.kill_all()
+
+
+async def test_closing_the_client_fails_pending_adds_as_client_closed(
+    metadata_url: str, store: MetadataStore, tmp_path: Path
+) -> None:
+    cluster = await cluster_of(metadata_url, tmp_path, 4)
+    client = BookKeeper(store, FAST)
+    await client.start()
+    try:
+        handle = await client.create_ledger(3, 2, 2)
+        await handle.add_entry(b"first")
+        pending = [handle.add_entry_async(payload(i)) for i in range(2000)]
+        await client.close()
+        outcomes = await asyncio.gather(*pending, return_exceptions=True)
+        errors = [o for o in outcomes if isinstance(o, BaseException)]
+        assert errors and all(isinstance(e, ClientClosedError) for e in errors), errors[:3]
+        metadata, version = await LedgerManager(store).read(handle.ledger_id)
+        assert version == 0 and len(metadata.ensembles) == 1  # no ensemble change was made
+    finally:
+        await client.close()
         cluster.kill_all()

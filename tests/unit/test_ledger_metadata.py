@@ -33,7 +33,9 @@ def sample(**overrides: object) -> LedgerMetadata:
 
 
 def test_codec_roundtrip_keeps_every_field() -> None:
-    md = sample(custom_metadata={"application": "stripemq"}).with_ensemble(10, ["a:1", "d:1", "c:1"])
+    md = sample(custom_metadata={"application": "stripemq"}).with_ensemble(
+        10, ["a:1", "d:1", "c:1"]
+    )
     md = md.closed(25, 4096)
     again = LedgerMetadata.decode(md.encode())
     assert again == md

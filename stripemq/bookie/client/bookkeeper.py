@@ -51,7 +51,8 @@ class BookKeeper:
         self._started = True
 
     async def close(self) -> None:
-        """Stop the client; open write handles are left open (recovery will seal them)."""
+        """Stop the client; adds still pending fail with ``ClientClosedError`` and open
+        ledgers stay open in metadata (whoever opens them next recovers them)."""
         self._closed = True
         self.bookie_watcher.close()
         await self.clients.close()

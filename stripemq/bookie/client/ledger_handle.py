@@ -22,6 +22,7 @@ from stripemq.bookie.client.metadata import LedgerMetadata, LedgerState
 from stripemq.bookie.client.reader import ReadHandle
 from stripemq.errors import (
     BookieError,
+    ClientClosedError,
     EntryTooLargeError,
     IllegalOpError,
     InvalidEntryError,
@@ -232,6 +233,10 @@ class LedgerHandle(ReadHandle):
     # ----------------------------------------------------------------- ensemble change
 
     def _on_bookie_failure(self, slot: int, bookie: str, error: BaseException) -> None:
+        if self.bk.closed:
+            # The client's own connections were closed under the adds: not the bookie's fault.
+            self._fail_handle(ClientClosedError(f"ledger {self.ledger_id}: client closed"))
+            return
         self.bk.health.record_failure(bookie)
         self._ever_failed.add(bookie)
         if slot in self._failed:
