@@ -491,3 +491,41 @@ async def test_closing_the_client_fails_pending_adds_as_client_closed(
     finally:
         await client.close()
         cluster.kill_all()
+
+
+async def test_recovery_with_a_dead_bookie_rewrites_the_tail_elsewhere(
+    metadata_url: str, bk: BookKeeper, store: MetadataStore, tmp_path: Path
+) -> None:
+    cluster = await cluster_of(metadata_url, tmp_path, 4)
+    other_store = create_metadata_store(metadata_url)
+    await other_store.start()
+    recovering = BookKeeper(other_store, FAST)
+    await recovering.start()
+    writer = BookKeeper(store, ClientConfig(explicit_lac_interval_ms=0))
+    await writer.start()
+    try:
+        handle = await writer.create_ledger(3, 2, 2)
+        await asyncio.gather(*(handle.add_entry_async(payload(i)) for i in range(100)))
+        # The writer is abandoned: no close and no explicit LAC, so the bookies only know
+        # the LAC the entries carried (-1: all were sent before the first completed). Recovery
+        # must re-add every entry, and one bookie of the ensemble is dead.
+        dead = handle.ensemble[1]
+        cluster.by_address(dead).kill()
+        recovered = await recovering.open_ledger(handle.ledger_id)
+        assert recovered.last_add_confirmed == 99
+        assert dead not in recovered.metadata.current_ensemble  # recovery replaced it
+        assert [e.data for e in await recovered.read_entries(0, 99)] == [
+            payload(i) for i in range(100)
+        ]
+        # The re-added tail went to a full write quorum of live bookies.
+        metadata = recovered.metadata
+        tail_start = max(metadata.ensembles)
+        for entry_id in range(tail_start, 100):
+            for address in metadata.write_set_bookies(entry_id):
+                held = await holdings(address, handle.ledger_id, range(entry_id, entry_id + 1))
+                assert entry_id in held, (entry_id, address)
+    finally:
+        await writer.close()
+        await recovering.close()
+        await other_store.close()
+        cluster.kill_all()

@@ -86,6 +86,8 @@ class LedgerHandle(ReadHandle):
         self._closing = False
         self._lac_sent = last_add_confirmed  # highest LAC the bookies have been told
         self._lac_task: asyncio.Task[None] | None = None
+        # Fragments a recovering handle made, written to the metadata only when it seals.
+        self._recovery_fragments: dict[int, tuple[str, ...]] = {}
 
     async def connect(self) -> None:
         """Connect to the ensemble's bookies; start the idle-LAC sender."""
@@ -299,7 +301,19 @@ class LedgerHandle(ReadHandle):
         return ensemble
 
     async def _write_fragment(self, start: int, ensemble: list[str]) -> None:
-        """Record the new fragment by compare-and-set, merging changes made by others."""
+        """Record the new fragment by compare-and-set, merging changes made by others.
+
+        A recovering handle keeps its fragments to itself until ``seal``: entries it is still
+        re-adding must stay where the metadata says they are, so that another recovery
+        reading meanwhile never takes a replacement bookie's "no such entry" for an answer.
+        """
+        if self._recovery:
+            self.metadata = self.metadata.with_ensemble(start, ensemble)
+            self._recovery_fragments = {
+                k: v for k, v in self._recovery_fragments.items() if k < start
+            }
+            self._recovery_fragments[start] = tuple(ensemble)
+            return
         while True:
             updated = self.metadata.with_ensemble(start, ensemble)
             try:
@@ -375,4 +389,6 @@ class LedgerHandle(ReadHandle):
                     self._lac = current.last_entry_id
                     return
                 self._check_still_ours(current)
+                for start, ensemble in sorted(self._recovery_fragments.items()):
+                    current = current.with_ensemble(start, ensemble)
                 self.metadata, self.version = current, version

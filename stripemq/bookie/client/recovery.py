@@ -72,7 +72,7 @@ class LedgerRecovery:
         re_adds: list[asyncio.Future[int]] = []
         try:
             while True:
-                raw = await self._recovery_read(handle.metadata, entry_id)
+                raw = await self._recovery_read(self.metadata, entry_id)
                 if raw is None:
                     break
                 last_length = verify_entry(raw).length
