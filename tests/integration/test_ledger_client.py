@@ -36,7 +36,7 @@ from stripemq.testing.cluster import BookieCluster
 
 pytestmark = pytest.mark.integration
 
-FAST = ClientConfig(add_entry_timeout_s=2.0, read_entry_timeout_s=2.0, explicit_lac_interval_ms=100)
+FAST = ClientConfig(add_entry_timeout_s=5.0, read_entry_timeout_s=5.0, explicit_lac_interval_ms=100)
 
 
 def payload(i: int) -> bytes:
@@ -310,7 +310,9 @@ async def test_a_stopped_bookie_times_out_and_is_replaced(
     metadata_url: str, store: MetadataStore, tmp_path: Path
 ) -> None:
     cluster = await cluster_of(metadata_url, tmp_path, 4)
-    config = ClientConfig(add_entry_timeout_s=1.0, read_entry_timeout_s=1.0)
+    config = ClientConfig(
+        add_entry_timeout_s=2.0, read_entry_timeout_s=2.0, speculative_read_timeout_ms=300
+    )
     client = BookKeeper(store, config)
     await client.start()
     stopped = None
@@ -324,11 +326,31 @@ async def test_a_stopped_bookie_times_out_and_is_replaced(
         assert ids == list(range(100, 300))
         assert stopped.address not in handle.ensemble
         await handle.close()
-        # Speculative reads get past the stopped bookie for old entries it holds.
+        # The writer's client remembers the failure and reads from the others first.
         reader = await client.open_ledger(handle.ledger_id)
         assert [e.data for e in await reader.read_entries(0, 299)] == [
             payload(i) for i in range(300)
         ]
+        # A fresh client does not know: its reads of entries whose first replica is the
+        # stopped bookie are answered by a speculative read to the next replica, long before
+        # the stopped bookie's read deadline.
+        fresh = BookKeeper(
+            store, ClientConfig(read_entry_timeout_s=120.0, speculative_read_timeout_ms=200)
+        )
+        await fresh.start()
+        try:
+            fresh_reader = await fresh.open_ledger(handle.ledger_id)
+            first_on_stopped = [
+                e
+                for e in range(100)
+                if fresh_reader.metadata.write_set_bookies(e)[0] == stopped.address
+            ]
+            assert first_on_stopped
+            for entry_id in first_on_stopped[:5]:
+                entry = await asyncio.wait_for(fresh_reader.read_entry(entry_id), 60)
+                assert entry.data == payload(entry_id)
+        finally:
+            await fresh.close()
     finally:
         if stopped is not None and stopped.proc is not None:
             os.kill(stopped.proc.pid, signal.SIGCONT)
