@@ -19,6 +19,10 @@ class BookieConfig:
     # Address other processes use to reach this bookie; defaults to host:port.
     advertised_address: str | None = None
     rack: str | None = None
+    # ZooKeeper session timeout: a bookie that dies stays registered this long (zkTimeout).
+    zk_timeout_ms: int = 10_000
+    # Also run auto-recovery (auditor candidate + replication worker) in this process.
+    autorecovery_enabled: bool = False
     # Prometheus /metrics; port 0 picks a free port.
     enable_statistics: bool = True
     stats_http_port: int = 8000
@@ -51,6 +55,16 @@ class BookieConfig:
     # Largest long-poll a reader may ask for.
     max_long_poll_timeout_ms: int = 60_000
 
+    # Garbage collection: every gc_wait_time_ms, drop ledgers deleted from metadata (<= 0
+    # turns GC off). Entry logs whose live fraction is below a threshold are compacted, minor
+    # and major levels each on its own interval; a threshold or interval of 0 turns that
+    # level off. Compaction is considered at each GC round.
+    gc_wait_time_ms: int = 900_000
+    minor_compaction_threshold: float = 0.2
+    minor_compaction_interval_s: float = 3600.0
+    major_compaction_threshold: float = 0.8
+    major_compaction_interval_s: float = 86400.0
+
     def validate(self) -> None:
         if not 0 < self.disk_usage_lwm_threshold <= self.disk_usage_threshold <= 1:
             raise ConfigError(
@@ -71,6 +85,23 @@ class BookieConfig:
                 raise ConfigError(f"{name} must be positive")
         if self.journal_max_group_wait_ms < 0:
             raise ConfigError("journal_max_group_wait_ms must not be negative")
+        for name in ("minor_compaction_threshold", "major_compaction_threshold"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ConfigError(f"{name} must be between 0 and 1")
+        for name in ("minor_compaction_interval_s", "major_compaction_interval_s"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must not be negative")
+        if (
+            self.minor_compaction_enabled
+            and self.major_compaction_enabled
+            and self.minor_compaction_threshold > self.major_compaction_threshold
+        ):
+            raise ConfigError(
+                "minor_compaction_threshold must not exceed major_compaction_threshold, got "
+                f"{self.minor_compaction_threshold} and {self.major_compaction_threshold}"
+            )
+        if self.zk_timeout_ms <= 0:
+            raise ConfigError("zk_timeout_ms must be positive")
         if not 0 <= self.bookie_port <= 65535:
             raise ConfigError(f"bookie_port out of range: {self.bookie_port}")
 
@@ -78,6 +109,18 @@ class BookieConfig:
     def bookie_id(self) -> str:
         """The identity other processes know this bookie by (``host:port``)."""
         return self.advertised_address or f"{self.bookie_host}:{self.bookie_port}"
+
+    @property
+    def gc_enabled(self) -> bool:
+        return self.gc_wait_time_ms > 0
+
+    @property
+    def minor_compaction_enabled(self) -> bool:
+        return self.minor_compaction_threshold > 0 and self.minor_compaction_interval_s > 0
+
+    @property
+    def major_compaction_enabled(self) -> bool:
+        return self.major_compaction_threshold > 0 and self.major_compaction_interval_s > 0
 
     @property
     def journal_dir(self) -> str:

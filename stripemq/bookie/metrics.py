@@ -50,6 +50,37 @@ class _StorageCollector(Collector):
         yield GaugeMetricFamily(
             "bookie_ledgers_cached", "Ledgers with state in memory", value=storage.ledger_count
         )
+        gc = storage.gc_stats
+        yield CounterMetricFamily(
+            "bookie_gc_ledgers_deleted",
+            "Ledgers garbage-collected after their metadata was deleted",
+            value=gc.ledgers_deleted,
+        )
+        yield CounterMetricFamily(
+            "bookie_gc_entry_logs_compacted",
+            "Entry logs removed by compaction after their live entries were moved",
+            value=gc.entry_logs_compacted,
+        )
+        yield CounterMetricFamily(
+            "bookie_gc_entry_logs_deleted",
+            "Entry logs removed without copying because nothing in them was live",
+            value=gc.entry_logs_deleted,
+        )
+        yield CounterMetricFamily(
+            "bookie_gc_reclaimed_bytes",
+            "Entry-log bytes freed by garbage collection and compaction",
+            value=gc.bytes_reclaimed,
+        )
+        logs, total_bytes, live_bytes = storage.entry_log.usage()
+        yield GaugeMetricFamily("bookie_entry_logs", "Entry log files", value=logs)
+        yield GaugeMetricFamily(
+            "bookie_entry_log_bytes", "Record bytes in all entry logs", value=total_bytes
+        )
+        yield GaugeMetricFamily(
+            "bookie_entry_log_live_bytes",
+            "Record bytes of ledgers that still exist, in all entry logs",
+            value=live_bytes,
+        )
 
 
 class BookieMetrics:

@@ -1,4 +1,4 @@
-"""The bookie process: gRPC service over ``BookieStorage``, registration, disk monitor.
+"""The bookie process: gRPC service over ``BookieStorage``, registration, disk monitor, GC.
 
 A client's bytes can make a request fail, never the bookie: every handler turns storage errors
 into a typed answer (a per-entry code on the add stream, a gRPC status plus the BookKeeper code
@@ -14,11 +14,14 @@ from typing import TypeVar
 
 import grpc
 
+from stripemq.bookie.autorecovery import AutoRecoveryConfig, AutoRecoveryService
+from stripemq.bookie.client.ledger_manager import LedgerManager
 from stripemq.bookie.config import BookieConfig
 from stripemq.bookie.disk import DiskUsagePolicy, fullest_disk
 from stripemq.bookie.metrics import BookieMetrics
 from stripemq.bookie.registration import BookieRegistration
 from stripemq.bookie.storage.engine import AddOp, BookieStorage
+from stripemq.bookie.storage.gc import GarbageCollector
 from stripemq.errors import BookieError
 from stripemq.metadata import MetadataStore, create_metadata_store
 from stripemq.proto import bookie_pb2 as pb
@@ -181,7 +184,7 @@ class BookieService(pb_grpc.BookieServicer):
 
 
 class BookieServer:
-    """One bookie: storage, the gRPC server, registration and the disk monitor."""
+    """One bookie: storage, the gRPC server, registration, the disk monitor and GC."""
 
     def __init__(self, config: BookieConfig, store: MetadataStore | None = None) -> None:
         self.config = config
@@ -191,6 +194,8 @@ class BookieServer:
         self._server: grpc.aio.Server | None = None
         self.registration: BookieRegistration | None = None
         self._monitor: asyncio.Task[None] | None = None
+        self.autorecovery: AutoRecoveryService | None = None
+        self.gc: GarbageCollector | None = None
         self._policy = DiskUsagePolicy(config.disk_usage_threshold, config.disk_usage_lwm_threshold)
 
     @property
@@ -222,6 +227,13 @@ class BookieServer:
         )
         await self.registration.start(read_only=self.storage.read_only)
         self._monitor = asyncio.create_task(self._watch_disks(), name="bookie-disk-monitor")
+        self._start_gc()
+        if self.config.autorecovery_enabled:
+            self.autorecovery = AutoRecoveryService(
+                self._shared_store or self.config.metadata_service_uri,
+                AutoRecoveryConfig.for_bookie(self.config),
+            )
+            await self.autorecovery.start()
         log.info(
             "bookie %s serving (journal %s, ledgers %s)%s",
             self.bookie_id,
@@ -232,8 +244,12 @@ class BookieServer:
 
     async def stop(self, grace: float = 5.0) -> None:
         """Clean shutdown: unregister, finish in-flight calls, checkpoint, close."""
+        if self.autorecovery is not None:
+            await self.autorecovery.stop()
         if self._monitor is not None:
             self._monitor.cancel()
+        if self.gc is not None:
+            await self.gc.stop()
         if self.registration is not None:
             await self.registration.stop()
         if self._server is not None:
@@ -245,9 +261,29 @@ class BookieServer:
     async def _make_store(self) -> MetadataStore:
         if self._shared_store is not None:
             return self._shared_store
-        store = create_metadata_store(self.config.metadata_service_uri)
+        store = create_metadata_store(
+            self.config.metadata_service_uri, session_timeout=self.config.zk_timeout_ms / 1000
+        )
         await store.start()
         return store
+
+    def _start_gc(self) -> None:
+        """Garbage-collect against the ledgers in metadata, unless off or pointless."""
+        if not self.config.gc_enabled:
+            log.info("garbage collection is off (gc_wait_time_ms <= 0)")
+            return
+        if self._shared_store is None and self.config.metadata_service_uri.startswith("memory:"):
+            # A private in-memory store can never hold a ledger's metadata: every ledger
+            # would look deleted.
+            log.warning("garbage collection is off: no shared metadata store holds ledgers")
+            return
+        self.gc = GarbageCollector(self.storage, self.config, self._ledger_source)
+        self.gc.start()
+
+    def _ledger_source(self) -> LedgerManager | None:
+        """Ledger metadata through the registration's current store (it may be replaced)."""
+        store = self.registration.store if self.registration is not None else None
+        return LedgerManager(store) if store is not None else None
 
     def _disk_paths(self) -> list[str]:
         return [self.config.journal_dir, self.config.ledger_dir]

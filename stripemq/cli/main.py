@@ -1,17 +1,27 @@
-"""``stripemq`` entry point: ``standalone`` and ``bookie`` (more roles come with their issues)."""
+"""``stripemq`` entry point: ``standalone``, ``bookie``, ``autorecovery`` and ``shell`` (more
+roles come with their issues)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from stripemq.bookie.autorecovery import (
+    AutoRecoveryConfig,
+    AutoRecoveryService,
+    UnderReplicationManager,
+    current_auditor,
+)
 from stripemq.bookie.config import BookieConfig
 from stripemq.bookie.server import BookieServer
+from stripemq.cli.shell import add_shell_parser, run_shell
 from stripemq.config import load_config, parse_overrides
 from stripemq.errors import StripeMQError
 from stripemq.metadata import create_metadata_store
@@ -50,6 +60,24 @@ def build_parser() -> argparse.ArgumentParser:
     bookie.add_argument("--data-dir", help="journal and ledger storage directory")
     bookie.add_argument("--rack", help="rack label used by rack-aware placement")
     _add_common(bookie)
+
+    autorecovery = sub.add_parser(
+        "autorecovery", help="run auto-recovery (auditor candidate and replication workers)"
+    )
+    autorecovery.add_argument("--metadata", help="metadata service URL, e.g. zk://127.0.0.1:2181/")
+    once = autorecovery.add_mutually_exclusive_group()
+    once.add_argument(
+        "--disable", action="store_true", help="switch auto-recovery off cluster-wide, then exit"
+    )
+    once.add_argument("--enable", action="store_true", help="switch it back on, then exit")
+    once.add_argument(
+        "--status",
+        action="store_true",
+        help="print the auditor and the under-replicated ledgers as JSON, then exit",
+    )
+    _add_common(autorecovery)
+
+    add_shell_parser(sub)
     return parser
 
 
@@ -69,7 +97,10 @@ def _bookie_config(args: argparse.Namespace) -> BookieConfig:
     return load_config(BookieConfig, args.conf, overrides)
 
 
-async def _serve_until_signalled(server: BookieServer, cleanup=None) -> None:  # type: ignore[no-untyped-def]
+async def _serve_until_signalled(
+    server: BookieServer | AutoRecoveryService,
+    cleanup: Callable[[], Awaitable[None]] | None = None,
+) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -84,6 +115,45 @@ async def _serve_until_signalled(server: BookieServer, cleanup=None) -> None:  #
 
 async def _run_bookie(args: argparse.Namespace) -> None:
     await _serve_until_signalled(BookieServer(_bookie_config(args)))
+
+
+def _autorecovery_config(args: argparse.Namespace) -> AutoRecoveryConfig:
+    overrides: dict[str, object] = {}
+    if args.metadata is not None:
+        overrides["metadata_service_uri"] = args.metadata
+    overrides.update(parse_overrides(args.overrides))
+    return load_config(AutoRecoveryConfig, args.conf, overrides)
+
+
+async def _run_autorecovery(args: argparse.Namespace) -> None:
+    config = _autorecovery_config(args)
+    if not (args.disable or args.enable or args.status):
+        await _serve_until_signalled(AutoRecoveryService(config.metadata_service_uri, config))
+        return
+    store = create_metadata_store(config.metadata_service_uri)
+    await store.start()
+    try:
+        queue = UnderReplicationManager(store)
+        if args.disable:
+            await queue.disable()
+        elif args.enable:
+            await queue.enable()
+        ledgers = [
+            {
+                "ledger_id": record.ledger_id,
+                "lost_bookies": sorted(record.lost_bookies),
+                "locked_by": await queue.lock_owner(record.ledger_id),
+            }
+            for record in await queue.list()
+        ]
+        status = {
+            "enabled": await queue.is_enabled(),
+            "auditor": await current_auditor(store),
+            "under_replicated": ledgers,
+        }
+        print(json.dumps(status, indent=2))
+    finally:
+        await store.close()
 
 
 async def _run_standalone(args: argparse.Namespace) -> None:
@@ -109,7 +179,12 @@ def main(argv: list[str] | None = None) -> None:
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    runners = {"standalone": _run_standalone, "bookie": _run_bookie}
+    runners = {
+        "standalone": _run_standalone,
+        "bookie": _run_bookie,
+        "autorecovery": _run_autorecovery,
+        "shell": run_shell,
+    }
     try:
         asyncio.run(runners[args.command](args))
     except StripeMQError as exc:

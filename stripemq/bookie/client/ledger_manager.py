@@ -56,6 +56,11 @@ class LedgerManager:
     def __init__(self, store: MetadataStore) -> None:
         self.store = store
 
+    async def is_initialized(self) -> bool:
+        """Whether any ledger id was ever allocated here; if not, this is not the cluster
+        that wrote the bookie's ledgers (a wrong chroot), and GC must not trust it."""
+        return await self.store.exists(IDGEN_PATH) is not None
+
     async def new_ledger_id(self) -> int:
         created = await self.store.create(f"{IDGEN_PATH}/ID-", b"", sequential=True)
         try:

@@ -5,6 +5,10 @@ journal, acknowledge once the journal group is durable. A checkpoint flushes a m
 snapshot to the entry log and index, syncs both, persists the LastLogMark and deletes the
 journals it covers. Start-up replays the journal from the LastLogMark.
 
+Garbage collection drops ledgers deleted from metadata (``drop_ledgers``/``run_gc``) and
+``compact`` moves the live entries out of mostly dead entry logs. Both change files only on the
+flush thread while holding the flush lock, so they never interleave with a checkpoint.
+
 State always changes in memory *before* its journal record is queued, so every record that
 lies before a checkpoint's mark is reflected in what that checkpoint writes.
 """
@@ -15,6 +19,7 @@ import asyncio
 import logging
 import struct
 from collections import OrderedDict
+from collections.abc import Callable, Collection, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +27,13 @@ from pathlib import Path
 import crc32c
 
 from stripemq.bookie.config import BookieConfig
-from stripemq.bookie.storage.entry_log import EntryLogger
+from stripemq.bookie.storage.entry_log import (
+    EntryLogger,
+    LogScan,
+    MissingEntryLogError,
+    make_location,
+    record_size,
+)
 from stripemq.bookie.storage.files import write_atomically
 from stripemq.bookie.storage.index import MAX_ENTRY_ID, MAX_MASTER_KEY, LedgerHeader, LedgerIndex
 from stripemq.bookie.storage.journal import (
@@ -56,7 +67,11 @@ log = logging.getLogger(__name__)
 
 _MARK = struct.Struct(">QQ")
 _MARK_CRC = struct.Struct(">I")
+_ENTRY_IDS = struct.Struct(">QQ")
 MARK_FILE = "lastMark"
+# Compaction copies at most this many bytes per hold of the flush lock, so checkpoints wait
+# for one batch, never for a whole entry log.
+COMPACTION_BATCH_BYTES = 8 * 1024 * 1024
 
 
 @dataclass
@@ -89,6 +104,36 @@ class AddOp:
     entry: bytes
     master_key: bytes
     recovery_add: bool = False
+
+
+@dataclass
+class GcResult:
+    """One garbage-collection pass over ledgers deleted from metadata."""
+
+    ledgers_deleted: list[int] = field(default_factory=list)
+    dead_bytes: int = 0  # entry-log bytes of those ledgers, now garbage
+    logs_deleted: int = 0  # entry logs with nothing live left, removed without copying
+    bytes_reclaimed: int = 0
+
+
+@dataclass
+class CompactionResult:
+    """One compaction pass: logs rewritten and what it cost and freed."""
+
+    logs_compacted: int = 0
+    entries_moved: int = 0
+    bytes_moved: int = 0
+    bytes_reclaimed: int = 0  # file bytes removed minus bytes copied
+
+
+@dataclass
+class GcStats:
+    """Cumulative garbage-collection figures, exported as Prometheus counters."""
+
+    ledgers_deleted: int = 0
+    entry_logs_deleted: int = 0
+    entry_logs_compacted: int = 0
+    bytes_reclaimed: int = 0
 
 
 def encode_mark(mark: LogMark) -> bytes:
@@ -144,6 +189,10 @@ class BookieStorage:
         self._stopping = asyncio.Event()
         self._mark = LogMark(0, 0)
         self._closed = False
+        self.gc_stats = GcStats()
+        # Bumped each time garbage collection drops ledgers from memory: a state loaded from
+        # disk while that happened may describe a ledger that is gone, so it is loaded again.
+        self._gc_generation = 0
 
     @property
     def ledger_count(self) -> int:
@@ -197,6 +246,9 @@ class BookieStorage:
     def _open_and_replay(self) -> None:
         self.ledger_dir.mkdir(parents=True, exist_ok=True)
         self.entry_log.open()
+        # A ledger without an index file was garbage-collected (or never flushed: its bytes in
+        # old logs are not pointed at, and the journal replay below writes them again).
+        self.entry_log.forget_ledgers(lambda ledger_id: not self.index.exists(ledger_id))
         mark_path = self.ledger_dir / MARK_FILE
         if mark_path.exists():
             mark = decode_mark(mark_path.read_bytes())
@@ -265,23 +317,43 @@ class BookieStorage:
         )
         state.last_entry_id = self.index.last_entry_id(ledger_id)
         if state.last_entry_id >= 0:
-            location = self.index.get_location(ledger_id, state.last_entry_id)
-            if location is not None:
-                try:
-                    state.lac = max(state.lac, verify_entry(self.entry_log.read(location)).lac)
-                except BookieError:
-                    log.warning("last entry of ledger %d is unreadable", ledger_id)
+            try:
+                last = self._read_located(ledger_id, state.last_entry_id)
+                if last is not None:
+                    state.lac = max(state.lac, verify_entry(last).lac)
+            except BookieError:
+                log.warning("last entry of ledger %d is unreadable", ledger_id)
         return state
+
+    def _read_located(self, ledger_id: int, entry_id: int) -> bytes | None:
+        """The stored bytes the index points at (unverified), or ``None`` if not indexed.
+
+        Compaction updates the index before it removes an old log, so a read that finds its
+        log gone looks the location up again and finds the entry's new place.
+        """
+        while True:
+            location = self.index.get_location(ledger_id, entry_id)
+            if location is None:
+                return None
+            try:
+                return self.entry_log.read(location)
+            except MissingEntryLogError:
+                if self.index.get_location(ledger_id, entry_id) == location:
+                    raise  # not moved: the index points into a log that is gone
 
     async def _state(self, ledger_id: int, create: bool = False) -> LedgerState:
         state = self._ledgers.get(ledger_id)
         if state is not None:
             return state
         loop = asyncio.get_running_loop()
-        loaded = await loop.run_in_executor(self._read_io, self._load_state_sync, ledger_id)
-        state = self._ledgers.get(ledger_id)  # another task may have loaded it meanwhile
-        if state is not None:
-            return state
+        while True:
+            generation = self._gc_generation
+            loaded = await loop.run_in_executor(self._read_io, self._load_state_sync, ledger_id)
+            state = self._ledgers.get(ledger_id)  # another task may have loaded it meanwhile
+            if state is not None:
+                return state
+            if generation == self._gc_generation:
+                break
         if loaded is None:
             if not create:
                 raise NoSuchLedgerError(f"ledger {ledger_id} does not exist on this bookie")
@@ -489,10 +561,9 @@ class BookieStorage:
         return entry
 
     def _read_disk(self, ledger_id: int, entry_id: int) -> bytes:
-        location = self.index.get_location(ledger_id, entry_id)
-        if location is None:
+        entry = self._read_located(ledger_id, entry_id)
+        if entry is None:
             raise NoSuchEntryError(f"entry {ledger_id}:{entry_id} is not on this bookie")
-        entry = self.entry_log.read(location)
         header = verify_entry(entry)
         if (header.ledger_id, header.entry_id) != (ledger_id, entry_id):
             raise DigestMismatchError(
@@ -527,31 +598,38 @@ class BookieStorage:
     async def checkpoint(self) -> LogMark:
         """Flush the memtable to entry logs and index, then persist and trim the journal."""
         async with self._flush_lock:
-            mark = self.journal.written_mark
-            snapshot = self.memtable.take_snapshot()
-            dirty, self._dirty_headers = self._dirty_headers, set()
-            headers = {ledger_id: self._ledgers[ledger_id].header() for ledger_id in dirty}
-            loop = asyncio.get_running_loop()
-            try:
-                await loop.run_in_executor(
-                    self._flush_io, self._flush_sync, snapshot, headers, mark
-                )
-            except BaseException as exc:
-                # Keep everything for the next attempt. Even if this coroutine was cancelled
-                # while the thread still runs, a later flush queues behind it on _flush_io.
-                self._dirty_headers |= dirty
-                self.memtable.restore_snapshot()
-                if isinstance(exc, Exception) and not self.read_only:
-                    log.error("checkpoint failed (%s): bookie turns read-only", exc)
-                    self.read_only = True
-                raise
-            self.memtable.drop_snapshot()
-            self._mark = mark
-            self.checkpoints += 1
-            await loop.run_in_executor(self._flush_io, self.journal.delete_before, mark.journal_id)
-            self._flushed.set()
-            self._flushed = asyncio.Event()
-            return mark
+            return await self._checkpoint_locked()
+
+    async def _checkpoint_locked(self) -> LogMark:
+        """The checkpoint itself; the caller holds the flush lock."""
+        mark = self.journal.written_mark
+        snapshot = self.memtable.take_snapshot()
+        dirty, self._dirty_headers = self._dirty_headers, set()
+        # A ledger garbage-collected after a late fence or add marked it has no header.
+        headers = {
+            ledger_id: self._ledgers[ledger_id].header()
+            for ledger_id in dirty
+            if ledger_id in self._ledgers
+        }
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._flush_io, self._flush_sync, snapshot, headers, mark)
+        except BaseException as exc:
+            # Keep everything for the next attempt. Even if this coroutine was cancelled
+            # while the thread still runs, a later flush queues behind it on _flush_io.
+            self._dirty_headers |= dirty
+            self.memtable.restore_snapshot()
+            if isinstance(exc, Exception) and not self.read_only:
+                log.error("checkpoint failed (%s): bookie turns read-only", exc)
+                self.read_only = True
+            raise
+        self.memtable.drop_snapshot()
+        self._mark = mark
+        self.checkpoints += 1
+        await loop.run_in_executor(self._flush_io, self.journal.delete_before, mark.journal_id)
+        self._flushed.set()
+        self._flushed = asyncio.Event()
+        return mark
 
     def _flush_sync(
         self,
@@ -613,3 +691,219 @@ class BookieStorage:
                 pass
             if self.memtable.active_bytes or self._dirty_headers:
                 await self._flush_in_background()
+
+    # ------------------------------------------------------------------ garbage collection
+
+    async def local_ledger_ids(self) -> set[int]:
+        """Every ledger held here, in memory or with an index file: GC's local snapshot."""
+        self._check_open()
+        in_memory = set(self._ledgers)
+        loop = asyncio.get_running_loop()
+        on_disk = await loop.run_in_executor(self._read_io, self.index.ledger_ids)
+        return in_memory | set(on_disk)
+
+    async def run_gc(
+        self, live_ledger_ids: Collection[int], local_snapshot: Collection[int] | None = None
+    ) -> GcResult:
+        """Drop the ledgers of ``local_snapshot`` (default: all held now) not in the live set.
+
+        Safe only if ``live_ledger_ids`` was listed from metadata *after* ``local_snapshot``
+        was taken (see ``GarbageCollector``), so a ledger created meanwhile is never dropped.
+        """
+        if local_snapshot is None:
+            local_snapshot = await self.local_ledger_ids()
+        live = set(live_ledger_ids)
+        return await self.drop_ledgers(
+            ledger_id for ledger_id in local_snapshot if ledger_id not in live
+        )
+
+    async def drop_ledgers(self, ledger_ids: Iterable[int]) -> GcResult:
+        """Garbage-collect deleted ledgers, then remove entry logs with nothing live left.
+
+        A ledger's index file goes (durably), its entries leave the memtable and read cache,
+        its bytes count as dead in every entry log, and its in-memory state is forgotten.
+        """
+        doomed = set(ledger_ids)
+        result = GcResult(ledgers_deleted=sorted(doomed))
+        loop = asyncio.get_running_loop()
+        async with self._flush_lock:  # no checkpoint snapshot exists while this is held
+            self._check_open()
+            if doomed:
+                result.dead_bytes = await loop.run_in_executor(
+                    self._flush_io, self._drop_ledgers_sync, doomed
+                )
+                # Files first, memory second: a state loaded in between is caught by the
+                # generation check in _state and loaded again (finding nothing).
+                for ledger_id in doomed:
+                    self._ledgers.pop(ledger_id, None)
+                    self._dirty_headers.discard(ledger_id)
+                self.memtable.drop_ledgers(doomed)
+                for key in [k for k in self._read_cache if k[0] in doomed]:
+                    self._read_cache_drop(key)
+                self._gc_generation += 1
+                if not self.read_only:
+                    # Move the LastLogMark past the dropped ledgers' journal records, so a
+                    # crash does not replay them back to life.
+                    try:
+                        await self._checkpoint_locked()
+                    except Exception as exc:
+                        log.warning("checkpoint after garbage collection failed: %s", exc)
+                log.info(
+                    "garbage-collected %d deleted ledgers (%d entry-log bytes now dead)",
+                    len(doomed),
+                    result.dead_bytes,
+                )
+            result.logs_deleted, result.bytes_reclaimed = await loop.run_in_executor(
+                self._flush_io, self._remove_dead_logs_sync
+            )
+        self.gc_stats.ledgers_deleted += len(doomed)
+        self.gc_stats.entry_logs_deleted += result.logs_deleted
+        self.gc_stats.bytes_reclaimed += result.bytes_reclaimed
+        return result
+
+    def _drop_ledgers_sync(self, ledger_ids: set[int]) -> int:
+        self.index.delete(sorted(ledger_ids))
+        return self.entry_log.drop_ledgers(ledger_ids)
+
+    def _remove_dead_logs_sync(self) -> tuple[int, int]:
+        """Remove finished logs none of whose ledgers exist any more (nothing to copy)."""
+        removed = reclaimed = 0
+        for meta in self.entry_log.finished_metas():
+            if not meta.ledger_bytes:
+                reclaimed += self.entry_log.remove_log(meta.log_id)
+                removed += 1
+        return removed, reclaimed
+
+    async def compact(
+        self, threshold: float, should_stop: Callable[[], bool] | None = None
+    ) -> CompactionResult:
+        """Compact every finished entry log whose live fraction is below ``threshold``.
+
+        Live entries are copied to the current log, which is synced; the index is pointed at
+        the copies and synced; only then is the old log deleted. A crash anywhere leaves every
+        entry reachable through the index (at its old place or its new one).
+        """
+        result = CompactionResult()
+        if threshold <= 0:
+            return result
+        self._check_open()
+        if self.read_only:
+            log.info("bookie is read-only: compaction skipped")
+            return result
+        candidates = sorted(
+            (m for m in self.entry_log.finished_metas() if m.live_fraction < threshold),
+            key=lambda m: m.live_fraction,
+        )
+        stop = should_stop or (lambda: False)
+        for meta in candidates:
+            if self._stopping.is_set() or self.read_only or stop():
+                break
+            try:
+                await self._compact_log(meta.log_id, result, stop)
+            except BookieShuttingDownError:
+                break
+            except Exception:
+                log.exception("compaction of entry log %08x failed; it is kept", meta.log_id)
+                break
+        self.gc_stats.entry_logs_compacted += result.logs_compacted
+        self.gc_stats.bytes_reclaimed += result.bytes_reclaimed
+        return result
+
+    async def _compact_log(
+        self, log_id: int, result: CompactionResult, should_stop: Callable[[], bool]
+    ) -> None:
+        if not self.entry_log.is_finished(log_id):
+            return  # removed meanwhile (nothing in it was live)
+        loop = asyncio.get_running_loop()
+        scan = LogScan()
+        records = self.entry_log.scan(log_id, scan)
+        moved_entries = moved_bytes = 0
+        try:
+            done = False
+            while not done:
+                if should_stop():
+                    return  # the copies made so far are indexed; the old log stays
+                async with self._flush_lock:
+                    self._check_open()
+                    done, entries, size = await loop.run_in_executor(
+                        self._flush_io, self._compact_batch_sync, log_id, records
+                    )
+                moved_entries += entries
+                moved_bytes += size
+        finally:
+            try:
+                records.close()
+            except ValueError:  # still running on the flush thread (we were cancelled)
+                pass
+        async with self._flush_lock:
+            self._check_open()
+            size = await loop.run_in_executor(
+                self._flush_io, self._remove_compacted_sync, log_id, scan
+            )
+        if size is None:
+            return
+        result.logs_compacted += 1
+        result.entries_moved += moved_entries
+        result.bytes_moved += moved_bytes
+        result.bytes_reclaimed += max(0, size - moved_bytes)
+        log.info(
+            "compacted entry log %08x: moved %d entries (%d bytes), reclaimed %d bytes",
+            log_id,
+            moved_entries,
+            moved_bytes,
+            size - moved_bytes,
+        )
+
+    def _compact_batch_sync(
+        self, log_id: int, records: Iterator[tuple[int, bytes]]
+    ) -> tuple[bool, int, int]:
+        """Copy the next batch of live entries of a log; ``(log done, entries, bytes)``.
+
+        An entry is live if its ledger still exists and the index still points at this very
+        record (a later copy of the entry, or a deleted ledger, makes it garbage).
+        """
+        batch: list[tuple[int, int, bytes]] = []
+        size = 0
+        done = True
+        for offset, entry in records:
+            ledger_id, entry_id = _ENTRY_IDS.unpack_from(entry, 0)
+            if not self.entry_log.has_ledger(log_id, ledger_id):
+                continue
+            if self.index.get_location(ledger_id, entry_id) != make_location(log_id, offset):
+                continue
+            try:
+                verify_entry(entry)
+            except BookieError as exc:  # moved as it is: readers keep seeing the corruption
+                log.error("compaction moves a corrupt entry %d:%d: %s", ledger_id, entry_id, exc)
+            batch.append((ledger_id, entry_id, entry))
+            size += record_size(entry)
+            if size >= COMPACTION_BATCH_BYTES:
+                done = False
+                break
+        if batch:
+            locations = self.entry_log.append_many([entry for _, _, entry in batch])
+            self.entry_log.sync()  # the copies are durable before the index points at them
+            for (ledger_id, entry_id, _), location in zip(batch, locations, strict=True):
+                self.index.set_locations(ledger_id, entry_id, [location])
+            self.index.sync()  # ... and the index is durable before the old log goes
+        return done, len(batch), size
+
+    def _remove_compacted_sync(self, log_id: int, scan: LogScan) -> int | None:
+        """Delete a compacted log; its size, or ``None`` if something may still point at it."""
+        if not scan.clean:
+            # The scan stopped at an unreadable record. After a crash that is a torn tail no
+            # index slot points into, but make sure before deleting anything.
+            for meta in self.entry_log.finished_metas():
+                if meta.log_id != log_id:
+                    continue
+                for ledger_id in meta.ledger_bytes:
+                    if self.index.points_into(ledger_id, log_id):
+                        log.error(
+                            "entry log %08x has an unreadable record at %d and ledger %d "
+                            "still points into it: keeping the log",
+                            log_id,
+                            scan.end,
+                            ledger_id,
+                        )
+                        return None
+        return self.entry_log.remove_log(log_id)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import crc32c
 
-from stripemq.bookie.storage.files import pread_exact, write_atomically
+from stripemq.bookie.storage.files import fsync_dir, pread_exact, write_atomically
 from stripemq.errors import DigestMismatchError
 
 HEADER_SIZE = 256
@@ -85,10 +85,11 @@ class LedgerIndex:
         return sorted(ids)
 
     def read_header(self, ledger_id: int) -> LedgerHeader | None:
-        if not self.exists(ledger_id):
-            return None
         with self._lock:
-            raw = pread_exact(self._fd(ledger_id), HEADER_SIZE, 0)
+            fd = self._existing_fd(ledger_id)
+            if fd is None:
+                return None
+            raw = pread_exact(fd, HEADER_SIZE, 0)
         if len(raw) < HEADER_SIZE:
             raise DigestMismatchError(f"index header of ledger {ledger_id} is truncated")
         return LedgerHeader.decode(raw, ledger_id)
@@ -99,10 +100,12 @@ class LedgerIndex:
             self._dirty.add(ledger_id)
 
     def get_location(self, ledger_id: int, entry_id: int) -> int | None:
-        if not 0 <= entry_id <= MAX_ENTRY_ID or not self.exists(ledger_id):
+        if not 0 <= entry_id <= MAX_ENTRY_ID:
             return None
         with self._lock:
-            fd = self._fd(ledger_id)
+            fd = self._existing_fd(ledger_id)
+            if fd is None:
+                return None
             raw = pread_exact(fd, _SLOT.size, HEADER_SIZE + entry_id * _SLOT.size)
         if len(raw) < _SLOT.size:
             return None
@@ -119,10 +122,9 @@ class LedgerIndex:
 
     def last_entry_id(self, ledger_id: int) -> int:
         """Highest entry id with a location, or -1."""
-        if not self.exists(ledger_id):
-            return -1
         with self._lock:
-            return self._last_entry_id(self._fd(ledger_id))
+            fd = self._existing_fd(ledger_id)
+            return -1 if fd is None else self._last_entry_id(fd)
 
     def _last_entry_id(self, fd: int) -> int:
         size = os.fstat(fd).st_size
@@ -137,6 +139,25 @@ class LedgerIndex:
             slots = first
         return -1
 
+    def points_into(self, ledger_id: int, log_id: int) -> bool:
+        """Whether any entry of the ledger is located in entry log ``log_id`` (reads it all)."""
+        with self._lock:
+            fd = self._existing_fd(ledger_id)
+            if fd is None:
+                return False
+            size = os.fstat(fd).st_size
+            offset = HEADER_SIZE
+            step = 8192 * _SLOT.size
+            while offset < size:
+                raw = pread_exact(fd, min(step, size - offset), offset)
+                for (slot,) in _SLOT.iter_unpack(raw[: len(raw) - len(raw) % _SLOT.size]):
+                    if slot and (slot - 1) >> 32 == log_id:
+                        return True
+                if not raw:
+                    break
+                offset += len(raw)
+        return False
+
     def sync(self) -> None:
         """fsync every index file written since the last sync."""
         with self._lock:
@@ -144,16 +165,23 @@ class LedgerIndex:
             for ledger_id in dirty:
                 os.fsync(self._fd(ledger_id))
 
-    def delete(self, ledger_id: int) -> None:
-        with self._lock:
-            fd = self._fds.pop(ledger_id, None)
-            self._dirty.discard(ledger_id)
-        if fd is not None:
-            os.close(fd)
-        try:
-            self.path(ledger_id).unlink()
-        except FileNotFoundError:
-            pass
+    def delete(self, ledger_ids: list[int]) -> None:
+        """Remove ledgers' index files durably (their directories are fsynced once each)."""
+        directories: set[Path] = set()
+        for ledger_id in ledger_ids:
+            with self._lock:
+                fd = self._fds.pop(ledger_id, None)
+                self._dirty.discard(ledger_id)
+                if fd is not None:
+                    os.close(fd)
+                path = self.path(ledger_id)
+                try:
+                    path.unlink()
+                except FileNotFoundError:
+                    continue
+            directories.add(path.parent)
+        for directory in directories:
+            fsync_dir(directory)
 
     def close(self) -> None:
         self.sync()
@@ -161,6 +189,15 @@ class LedgerIndex:
             for fd in self._fds.values():
                 os.close(fd)
             self._fds.clear()
+
+    def _existing_fd(self, ledger_id: int) -> int | None:
+        """The descriptor of an existing index file, or ``None``; the caller holds ``_lock``.
+
+        Checked under the lock that ``delete`` takes, so a concurrent deletion is seen whole.
+        """
+        if ledger_id not in self._fds and not self.exists(ledger_id):
+            return None
+        return self._fd(ledger_id)
 
     def _fd(self, ledger_id: int, create: bool = False) -> int:
         """The open descriptor for a ledger's index; the caller holds ``_lock``."""

@@ -38,6 +38,16 @@ class Memtable:
             found = self._snapshot.get(key)
         return found
 
+    def drop_ledgers(self, ledger_ids: set[int]) -> int:
+        """Forget every entry of the ledgers (garbage-collected); returns how many went.
+
+        Only the active table is touched: call it when no flush holds a snapshot.
+        """
+        doomed = [key for key in self._active if key[0] in ledger_ids]
+        for key in doomed:
+            self.active_bytes -= len(self._active.pop(key))
+        return len(doomed)
+
     def take_snapshot(self) -> dict[EntryKey, bytes]:
         """Freeze the active table for flushing and return it (read it, never change it)."""
         if self._snapshot:
