@@ -2,8 +2,9 @@
 
 ``ledger_id:u64 | entry_id:u64 | lac:i64 | length:u64 | crc32c:u32 | data``, big-endian.
 As in BookKeeper, ``length`` is the ledger's length in bytes up to and including this entry,
-so the last entry alone tells a recovering client the ledger's length. The writer computes the CRC32C over the 32 header bytes before it and the data; bookies store
-the bytes unchanged and every reader verifies them, so corruption anywhere is caught.
+so the last entry alone tells a recovering client the ledger's length. The writer computes
+the CRC32C over the 32 header bytes before it and the data; bookies store the bytes
+unchanged and every reader verifies them, so corruption anywhere is caught.
 """
 
 from __future__ import annotations
