@@ -8,10 +8,9 @@ the ``Qw`` live bookies its write set names in the updated metadata.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import random
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -19,8 +18,9 @@ import pytest
 from stripemq.bookie.autorecovery import UnderReplicationManager, current_auditor
 from stripemq.bookie.bookie_client import BookieClient
 from stripemq.bookie.client import BookKeeper, ClientConfig, LedgerManager, LedgerState
-from stripemq.metadata import MetadataStore, create_metadata_store
+from stripemq.metadata import MetadataStore
 from stripemq.proto.entry import HEADER_SIZE, verify_entry
+from stripemq.testing import polling
 from stripemq.testing.autorecovery import AutoRecoveryProcess
 from stripemq.testing.cluster import BookieCluster
 
@@ -28,19 +28,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 ZK_TIMEOUT_MS = 3000  # bookies and auto-recovery: a SIGKILLed process is noticed this fast
 WAIT = 45.0  # deadline for recovery to finish
-
-
-@pytest.fixture
-def metadata_url(zookeeper_server) -> str:  # type: ignore[no-untyped-def]
-    return zookeeper_server.url(f"/ar-{uuid.uuid4().hex[:8]}")
-
-
-@pytest.fixture
-async def store(metadata_url: str) -> AsyncIterator[MetadataStore]:
-    store = create_metadata_store(metadata_url)
-    await store.start()
-    yield store
-    await store.close()
 
 
 @pytest.fixture
@@ -74,15 +61,8 @@ def bookie_cluster(metadata_url: str, base: Path, count: int, **settings: object
     )
 
 
-async def until(
-    condition: Callable[[], Awaitable[bool]], what: str, timeout: float = WAIT, logs: str = ""
-) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not await condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting until {what}\n{logs}")
-        await asyncio.sleep(0.1)
+# Recovery takes a while: every wait here gets the long deadline unless it says otherwise.
+until = functools.partial(polling.until, timeout=WAIT)
 
 
 def payload(rng: random.Random, ledger: int, entry: int) -> bytes:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -15,7 +13,7 @@ from stripemq.bookie.bookie_client import BookieClient
 from stripemq.bookie.client.ledger_manager import LedgerManager
 from stripemq.bookie.client.metadata import LedgerMetadata, master_key_for
 from stripemq.errors import NoSuchEntryError, NoSuchLedgerError
-from stripemq.metadata import MetadataStore, create_metadata_store
+from stripemq.metadata import MetadataStore
 from stripemq.proto.entry import encode_entry
 from stripemq.testing.bookie import BookieProcess
 
@@ -32,19 +30,6 @@ GC_SETTINGS = {
     "minor_compaction_threshold": 0.2,
     "minor_compaction_interval_s": 0.5,
 }
-
-
-@pytest.fixture
-def metadata_url(zookeeper_server) -> str:  # type: ignore[no-untyped-def]
-    return zookeeper_server.url(f"/gc-{uuid.uuid4().hex[:8]}")
-
-
-@pytest.fixture
-async def store(metadata_url: str) -> AsyncIterator[MetadataStore]:
-    s = create_metadata_store(metadata_url)
-    await s.start()
-    yield s
-    await s.close()
 
 
 def payload(ledger: int, entry_id: int) -> bytes:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -41,19 +40,6 @@ FAST = ClientConfig(add_entry_timeout_s=5.0, read_entry_timeout_s=5.0, explicit_
 
 def payload(i: int) -> bytes:
     return f"entry-{i:06d}-".encode() * 3
-
-
-@pytest.fixture
-def metadata_url(zookeeper_server) -> str:  # type: ignore[no-untyped-def]
-    return zookeeper_server.url(f"/ledger-{uuid.uuid4().hex[:8]}")
-
-
-@pytest.fixture
-async def store(metadata_url: str) -> AsyncIterator[MetadataStore]:
-    s = create_metadata_store(metadata_url)
-    await s.start()
-    yield s
-    await s.close()
 
 
 @pytest.fixture

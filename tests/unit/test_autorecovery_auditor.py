@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -21,39 +20,12 @@ from stripemq.bookie.autorecovery.auditor import election_candidates
 from stripemq.bookie.client import LedgerManager, LedgerMetadata, LedgerState
 from stripemq.bookie.client.metadata import master_key_for
 from stripemq.bookie.registration import AVAILABLE, READONLY
-from stripemq.metadata import MetadataStore, create_metadata_store
+from stripemq.metadata import MetadataStore
+from stripemq.testing.polling import until
 
 pytestmark = pytest.mark.timeout(60)
 
 StoreFactory = Callable[[], Awaitable[MetadataStore]]
-
-
-@pytest.fixture(params=["memory", "zookeeper"])
-async def new_store(request: pytest.FixtureRequest) -> AsyncIterator[StoreFactory]:
-    unique = uuid.uuid4().hex[:8]
-    if request.param == "memory":
-        url = f"memory://auditor-{unique}"
-    else:
-        url = request.getfixturevalue("zookeeper_server").url(f"/auditor-{unique}")
-    stores: list[MetadataStore] = []
-
-    async def factory() -> MetadataStore:
-        store = create_metadata_store(url, session_timeout=4.0)
-        await store.start()
-        stores.append(store)
-        return store
-
-    yield factory
-    for store in stores:
-        await store.close()
-
-
-async def until(condition: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not await condition():
-        assert loop.time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
 
 
 async def register(new_store: StoreFactory, bookie: str, read_only: bool = False) -> MetadataStore:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -15,39 +14,12 @@ from stripemq.bookie.autorecovery.underreplication import (
     lock_path,
     ur_ledger_path,
 )
-from stripemq.metadata import MetadataStore, create_metadata_store
+from stripemq.metadata import MetadataStore
+from stripemq.testing.polling import until
 
 pytestmark = pytest.mark.timeout(60)
 
 StoreFactory = Callable[[], Awaitable[MetadataStore]]
-
-
-@pytest.fixture(params=["memory", "zookeeper"])
-async def new_store(request: pytest.FixtureRequest) -> AsyncIterator[StoreFactory]:
-    """Opens stores on one shared namespace; each store is its own session."""
-    unique = uuid.uuid4().hex[:8]
-    if request.param == "memory":
-        url = f"memory://ur-{unique}"
-    else:
-        url = request.getfixturevalue("zookeeper_server").url(f"/ur-{unique}")
-    stores: list[MetadataStore] = []
-
-    async def factory() -> MetadataStore:
-        store = create_metadata_store(url, session_timeout=4.0)
-        await store.start()
-        stores.append(store)
-        return store
-
-    yield factory
-    for store in stores:
-        await store.close()
-
-
-async def until(condition: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
 
 
 def test_paths_are_hierarchical() -> None:
