@@ -314,19 +314,21 @@ class LedgerHandle(ReadHandle):
             }
             self._recovery_fragments[start] = tuple(ensemble)
             return
-        while True:
-            updated = self.metadata.with_ensemble(start, ensemble)
-            try:
-                self.version = await self.bk.ledger_manager.write(
-                    self.ledger_id, updated, self.version
-                )
-                self.metadata = updated
-                return
-            except MetadataVersionError:
-                current, version = await self.bk.ledger_manager.read(self.ledger_id)
-                self._check_still_ours(current)
-                # Someone else (auto-recovery) changed an earlier fragment: keep that.
-                self.metadata, self.version = current, version
+        while newer := await self._try_write(self.metadata.with_ensemble(start, ensemble)):
+            current, version = newer
+            self._check_still_ours(current)
+            # Someone else (auto-recovery) changed an earlier fragment: keep that.
+            self.metadata, self.version = current, version
+
+    async def _try_write(self, updated: LedgerMetadata) -> tuple[LedgerMetadata, int] | None:
+        """Compare-and-set ``updated`` over our version: ``None`` once written, else the
+        metadata (and version) someone else wrote meanwhile, for the caller to reconcile."""
+        try:
+            self.version = await self.bk.ledger_manager.write(self.ledger_id, updated, self.version)
+        except MetadataVersionError:
+            return await self.bk.ledger_manager.read(self.ledger_id)
+        self.metadata = updated
+        return None
 
     def _check_still_ours(self, current: LedgerMetadata) -> None:
         if current.state is LedgerState.CLOSED:
@@ -369,26 +371,18 @@ class LedgerHandle(ReadHandle):
     async def seal(self, last_entry_id: int, length: int) -> None:
         """Mark the ledger CLOSED at ``last_entry_id``; adopt a close made by another client
         only if it agrees (a recovering handle adopts whatever the other recovery decided)."""
-        while True:
-            updated = self.metadata.closed(last_entry_id, length)
-            try:
-                self.version = await self.bk.ledger_manager.write(
-                    self.ledger_id, updated, self.version
-                )
-                self.metadata = updated
-                return
-            except MetadataVersionError:
-                current, version = await self.bk.ledger_manager.read(self.ledger_id)
-                if current.is_closed:
-                    if current.last_entry_id != last_entry_id and not self._recovery:
-                        raise MetadataVersionError(
-                            f"ledger {self.ledger_id} was closed by another client at entry "
-                            f"{current.last_entry_id}, this writer confirmed {last_entry_id}"
-                        ) from None
-                    self.metadata, self.version = current, version
-                    self._lac = current.last_entry_id
-                    return
-                self._check_still_ours(current)
-                for start, ensemble in sorted(self._recovery_fragments.items()):
-                    current = current.with_ensemble(start, ensemble)
+        while newer := await self._try_write(self.metadata.closed(last_entry_id, length)):
+            current, version = newer
+            if current.is_closed:
+                if current.last_entry_id != last_entry_id and not self._recovery:
+                    raise MetadataVersionError(
+                        f"ledger {self.ledger_id} was closed by another client at entry "
+                        f"{current.last_entry_id}, this writer confirmed {last_entry_id}"
+                    )
                 self.metadata, self.version = current, version
+                self._lac = current.last_entry_id
+                return
+            self._check_still_ours(current)
+            for start, ensemble in sorted(self._recovery_fragments.items()):
+                current = current.with_ensemble(start, ensemble)
+            self.metadata, self.version = current, version
