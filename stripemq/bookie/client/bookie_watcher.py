@@ -25,6 +25,7 @@ class BookieWatcher:
         self.store = store
         self._writable: dict[str, BookieInfo] | None = None
         self._readonly: set[str] | None = None
+        self._generation = 0  # bumped by every registration change
         self._watches: list[WatchHandle] = []
         self._lock = asyncio.Lock()
 
@@ -40,25 +41,31 @@ class BookieWatcher:
         self._watches = []
 
     def _invalidate(self, _event: WatchEvent) -> None:
+        self._generation += 1
         self._writable = None
         self._readonly = None
 
     async def writable(self) -> dict[str, BookieInfo]:
         """Writable bookies by id (the ``readonly`` child is not a bookie)."""
-        cached = self._writable
-        if cached is not None:
-            return cached
         async with self._lock:
-            if self._writable is None:
-                self._writable = await self._load()
-            return self._writable
+            while (cached := self._writable) is None:
+                generation = self._generation
+                loaded = await self._load()
+                if generation == self._generation:  # no change while loading: keep it
+                    self._writable = loaded
+                    return loaded
+                log.debug("bookies changed while listing them; listing again")
+            return cached
 
     async def readonly(self) -> set[str]:
-        cached = self._readonly
-        if cached is not None:
+        async with self._lock:
+            while (cached := self._readonly) is None:
+                generation = self._generation
+                loaded = set(await self.store.children(READONLY))
+                if generation == self._generation:
+                    self._readonly = loaded
+                    return loaded
             return cached
-        self._readonly = set(await self.store.children(READONLY))
-        return self._readonly
 
     async def all_bookies(self) -> set[str]:
         """Every registered bookie, writable or read-only: the ones that can still serve."""

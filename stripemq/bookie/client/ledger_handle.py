@@ -79,13 +79,13 @@ class LedgerHandle(ReadHandle):
         self._ensemble: list[str] = list(metadata.current_ensemble)
         self._clients: list[BookieClient] = []
         self._failed: dict[int, str] = {}  # slot -> bookie awaiting replacement
-        self._ever_failed: set[str] = set()
         self._change_task: asyncio.Task[None] | None = None
         self._ensemble_changes = 0
         self._error: BookieError | None = None
         self._closing = False
         self._lac_sent = last_add_confirmed  # highest LAC the bookies have been told
         self._lac_task: asyncio.Task[None] | None = None
+        self._close_task: asyncio.Future[None] | None = None
         # Fragments a recovering handle made, written to the metadata only when it seals.
         self._recovery_fragments: dict[int, tuple[str, ...]] = {}
 
@@ -195,13 +195,12 @@ class LedgerHandle(ReadHandle):
         if sent.cancelled():
             return
         exc = sent.exception()  # retrieve it even when it no longer matters
-        if op.future.done() or self._error is not None:
-            return
-        if self._ensemble[slot] != bookie:
-            return  # a late answer from a bookie that has been replaced
+        if self._error is not None or self._ensemble[slot] != bookie:
+            return  # the handle is done, or a late answer from a replaced bookie
         if exc is None:
-            op.acked.add(slot)
-            self._complete_in_order()
+            if not op.future.done():
+                op.acked.add(slot)
+                self._complete_in_order()
         elif isinstance(exc, LedgerFencedError):
             self._fail_handle(
                 LedgerFencedError(f"ledger {self.ledger_id} was fenced by a recovering client")
@@ -210,6 +209,7 @@ class LedgerHandle(ReadHandle):
             # Every bookie would say the same: no ensemble change can help.
             self._fail_handle(exc)
         else:
+            # Even after the entry reached Qa: replace the bookie so later entries get Qw.
             self._on_bookie_failure(slot, bookie, exc)
 
     def _complete_in_order(self) -> None:
@@ -235,12 +235,13 @@ class LedgerHandle(ReadHandle):
     # ----------------------------------------------------------------- ensemble change
 
     def _on_bookie_failure(self, slot: int, bookie: str, error: BaseException) -> None:
+        if (self._closing and not self._pending) or self.metadata.is_closed:
+            return  # nothing left to write: no new fragment needed
         if self.bk.closed:
             # The client's own connections were closed under the adds: not the bookie's fault.
             self._fail_handle(ClientClosedError(f"ledger {self.ledger_id}: client closed"))
             return
         self.bk.health.record_failure(bookie)
-        self._ever_failed.add(bookie)
         if slot in self._failed:
             return
         log.warning(
@@ -289,14 +290,12 @@ class LedgerHandle(ReadHandle):
 
     async def _replacements(self, failed: dict[int, str]) -> list[str]:
         writable = await self.bk.bookie_watcher.writable()
+        # Bookies that failed lately (for any handle of this client) are not candidates.
+        exclude = set(failed.values()) | {b for b in writable if self.bk.health.failed_recently(b)}
         ensemble = list(self._ensemble)
         for slot in sorted(failed):
             ensemble[slot] = self.bk.placement.replace_bookie(
-                ensemble,
-                slot,
-                self.metadata.write_quorum_size,
-                writable,
-                exclude=self._ever_failed,
+                ensemble, slot, self.metadata.write_quorum_size, writable, exclude=exclude
             )
         return ensemble
 
@@ -345,19 +344,35 @@ class LedgerHandle(ReadHandle):
             if self._pending or self._change_task is not None or self._lac <= self._lac_sent:
                 continue
             lac = self._lac
+            targets = list(zip(self._ensemble, self._clients, strict=True))
             results = await asyncio.gather(
-                *(c.write_lac(self.ledger_id, self.master_key, lac) for c in self._clients),
+                *(c.write_lac(self.ledger_id, self.master_key, lac) for _, c in targets),
                 return_exceptions=True,
             )
-            for bookie, result in zip(self._ensemble, results, strict=False):
+            for (bookie, _), result in zip(targets, results, strict=True):
                 if isinstance(result, BaseException):
                     log.debug("explicit LAC to %s failed: %s", bookie, result)
-            self._lac_sent = lac
+            if any(not isinstance(r, BaseException) for r in results):
+                self._lac_sent = lac
 
     async def close(self) -> None:
-        """Wait for pending adds, then seal the ledger at its last confirmed entry."""
-        if self._closing:
-            return
+        """Wait for pending adds, then seal the ledger at its last confirmed entry.
+
+        Every caller waits for the same close; if it fails (metadata unreachable), the next
+        call tries again. A handle fenced by a recovering client just stops: that client seals.
+        """
+        if self._close_task is None:
+            self._close_task = asyncio.ensure_future(self._close())
+        task = self._close_task
+        try:
+            await asyncio.shield(task)
+        except BaseException:
+            if task.done() and self._close_task is task:
+                if task.cancelled() or task.exception() is not None:
+                    self._close_task = None  # let a later close() retry
+            raise
+
+    async def _close(self) -> None:
         self._closing = True
         if self._pending:
             futures = [op.future for op in self._pending]

@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from stripemq.bookie.bookie_client import ReadResult
 from stripemq.bookie.client.metadata import LedgerMetadata
@@ -47,6 +47,16 @@ def to_ledger_entry(raw: bytes) -> LedgerEntry:
     return LedgerEntry(header.ledger_id, header.entry_id, raw[HEADER_SIZE:], header.length)
 
 
+def discard_tasks(tasks: Iterable[asyncio.Future[Any]]) -> None:
+    """Cancel what still runs and retrieve the outcome of what finished: nothing left behind
+    to be reported as "exception never retrieved"."""
+    for task in tasks:
+        if not task.done():
+            task.cancel()
+        elif not task.cancelled():
+            task.exception()
+
+
 class BookieHealth:
     """Remembers which bookies failed lately so reads ask healthy replicas first."""
 
@@ -56,9 +66,11 @@ class BookieHealth:
     def record_failure(self, bookie: str) -> None:
         self._failed_at[bookie] = time.monotonic()
 
+    def failed_recently(self, bookie: str) -> bool:
+        return time.monotonic() - self._failed_at.get(bookie, -1e9) < _FAILURE_MEMORY_S
+
     def order(self, bookies: Sequence[str]) -> list[str]:
-        now = time.monotonic()
-        return sorted(bookies, key=lambda b: now - self._failed_at.get(b, -1e9) < _FAILURE_MEMORY_S)
+        return sorted(bookies, key=self.failed_recently)
 
 
 class ReplicaReader:
@@ -88,6 +100,7 @@ class ReplicaReader:
                     bookie = running.pop(task)
                     exc = task.exception()
                     if exc is None:
+                        discard_tasks(done)
                         return task.result()
                     if not isinstance(exc, BookieError):
                         raise exc
@@ -102,8 +115,7 @@ class ReplicaReader:
                             exc,
                         )
         finally:
-            for task in running:
-                task.cancel()
+            discard_tasks(running)
         if errors and all(isinstance(e, (NoSuchEntryError, NoSuchLedgerError)) for e in errors):
             raise NoSuchEntryError(f"entry {self.ledger_id}:{entry_id} is on none of {bookies}")
         raise ReadError(
@@ -165,24 +177,28 @@ class ReplicaReader:
         async def poll(bookie: str) -> int:
             client = await self.bk.clients.get(bookie)
             result = await client.read_entry(
-                self.ledger_id, entry_id, long_poll_timeout_ms=timeout_ms
+                self.ledger_id, entry_id, long_poll_timeout_ms=max(1, timeout_ms)
             )
             self._check_identity(result, entry_id, bookie)
-            return max(result.lac, entry_id)
+            # Only the bookie's LAC says what is confirmed; holding the entry does not.
+            return result.lac
 
         tasks = [asyncio.create_task(poll(b)) for b in bookies]
+        best = -1
         try:
             for next_done in asyncio.as_completed(tasks):
                 try:
-                    return await next_done
+                    best = max(best, await next_done)
                 except (ReadTimeoutError, NoSuchEntryError, NoSuchLedgerError):
                     continue
                 except BookieError as exc:
                     log.debug("long poll of %d:%d failed: %s", self.ledger_id, entry_id, exc)
-            return -1
+                    continue
+                if best >= entry_id:
+                    return best
+            return best
         finally:
-            for task in tasks:
-                task.cancel()
+            discard_tasks(tasks)
 
 
 class ReadHandle:
@@ -214,11 +230,7 @@ class ReadHandle:
 
     async def read_entries(self, first: int, last: int) -> list[LedgerEntry]:
         """Entries ``first..last`` (inclusive), all confirmed; ``ReadError`` beyond the LAC."""
-        self._check_readable(first, last)
-        return [
-            to_ledger_entry(raw)
-            for raw in await self._reader.read_range(self.metadata, first, last)
-        ]
+        return [to_ledger_entry(raw) for raw in await self.read_raw_entries(first, last)]
 
     async def read_entry(self, entry_id: int) -> LedgerEntry:
         return (await self.read_entries(entry_id, entry_id))[0]
@@ -243,6 +255,17 @@ class ReadOnlyLedgerHandle(ReadHandle):
     @property
     def length(self) -> int:
         return self.metadata.length
+
+    async def read_raw_entries(self, first: int, last: int) -> list[bytes]:
+        """As for any handle; if the ledger is still open and a read fails, the writer may
+        have moved those entries to a new ensemble: re-read the metadata and try once more."""
+        try:
+            return await super().read_raw_entries(first, last)
+        except (NoSuchEntryError, ReadError):
+            if self.metadata.is_closed:
+                raise
+            await self.refresh_metadata()
+            return await super().read_raw_entries(first, last)
 
     async def refresh_metadata(self) -> None:
         self.metadata, self.version = await self.bk.ledger_manager.read(self.ledger_id)

@@ -4,9 +4,10 @@
 2. Fence on the bookies of the last fragment, reading each one's last entry and LAC. Enough
    must answer that every write set has ``Qw - Qa + 1`` answers: then no add the old writer
    could still complete would escape the fence.
-3. From the highest LAC seen, read forward. An entry any replica has is part of the ledger;
-   once ``Qw - Qa + 1`` replicas of an entry say "no such entry" it can never have reached
-   ``Qa``, so the ledger ends just before it.
+3. From the highest LAC seen, read forward, fencing again with every read. An entry any
+   replica has is part of the ledger; once ``Qw - Qa + 1`` fenced replicas of an entry say
+   "no such entry" it can never reach ``Qa``, so the ledger ends just before it. (An unfenced
+   bookie's "no" proves nothing: the old writer's add could land there right after.)
 4. Re-add what was found beyond the LAC, unchanged, to a full write quorum.
 5. Close at the last entry. Two recoveries racing both fence and read the same bookies; the
    second to close adopts what the first wrote, so every client agrees on one last entry.
@@ -20,8 +21,10 @@ from typing import TYPE_CHECKING
 
 from stripemq.bookie.client.ledger_handle import LedgerHandle
 from stripemq.bookie.client.metadata import LedgerMetadata, LedgerState
+from stripemq.bookie.client.reader import discard_tasks
 from stripemq.errors import (
     BookieError,
+    DigestMismatchError,
     LedgerRecoveryError,
     MetadataVersionError,
     NoSuchEntryError,
@@ -80,9 +83,8 @@ class LedgerRecovery:
                 entry_id += 1
             await asyncio.gather(*re_adds)
         except BookieError as exc:
-            for future in re_adds:
-                if future.done() and not future.cancelled():
-                    future.exception()  # retrieved: the error is reported below
+            for future in re_adds:  # their outcome is reported below, now or later
+                future.add_done_callback(lambda f: f.cancelled() or f.exception())
             raise LedgerRecoveryError(
                 f"ledger {self.ledger_id}: re-adding entries after {lac} failed: {exc}"
             ) from exc
@@ -148,6 +150,9 @@ class LedgerRecovery:
             )
         except _ABSENT:
             return -1  # fenced, and holds no entry
+        except DigestMismatchError:
+            # Fenced all the same; only its last entry is damaged. Its LAC still counts.
+            return (await client.read_lac(self.ledger_id)).lac
         return max(result.lac, verify_entry(result.entry).lac)
 
     def _check_coverage(self, answered: set[int], what: str) -> None:
@@ -181,8 +186,7 @@ class LedgerRecovery:
                 except BookieError as exc:
                     errors.append(f"{type(exc).__name__}: {exc}")
         finally:
-            for task in tasks:
-                task.cancel()
+            discard_tasks(tasks)
         raise LedgerRecoveryError(
             f"ledger {self.ledger_id}: cannot tell whether entry {entry_id} exists "
             f"({absent} of {bookies} lack it; errors: {'; '.join(errors)})"
@@ -190,7 +194,9 @@ class LedgerRecovery:
 
     async def _read_one(self, bookie: str, entry_id: int) -> bytes:
         client = await self.bk.clients.get(bookie)
-        result = await client.read_entry(self.ledger_id, entry_id)
+        result = await client.read_entry(
+            self.ledger_id, entry_id, fence=True, master_key=self.master_key
+        )
         header = verify_entry(result.entry)
         if (header.ledger_id, header.entry_id) != (self.ledger_id, entry_id):
             raise BookieError(f"{bookie} answered the wrong entry for {entry_id}")
