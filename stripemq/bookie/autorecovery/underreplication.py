@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from stripemq.bookie.client.ledger_manager import hierarchical_parts
 from stripemq.errors import (
     BadVersionError,
     MetadataError,
@@ -54,13 +55,8 @@ def _leaf(ledger_id: int) -> str:
 
 def ur_ledger_path(ledger_id: int) -> str:
     """``/ledgers/underreplication/ledgers/000/0000/0000/0000/urL0000000000000000123``."""
-    leaf = _leaf(ledger_id)
-    digits = leaf[len(_LEAF_PREFIX) :]
-    parts, pos = [], 0
-    for width in _SPLITS:
-        parts.append(digits[pos : pos + width])
-        pos += width
-    return f"{UR_LEDGERS}/{'/'.join(parts)}/{leaf}"
+    directories = hierarchical_parts(ledger_id)[: len(_SPLITS)]
+    return f"{UR_LEDGERS}/{'/'.join(directories)}/{_leaf(ledger_id)}"
 
 
 def lock_path(ledger_id: int) -> str:

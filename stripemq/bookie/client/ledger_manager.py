@@ -31,8 +31,8 @@ _ID_DIGITS = 19
 _SPLITS = (3, 4, 4, 4, 4)
 
 
-def ledger_path(ledger_id: int) -> str:
-    """``/ledgers/000/0000/0000/0000/L0123`` for ledger 123."""
+def hierarchical_parts(ledger_id: int) -> list[str]:
+    """The 19-digit id split 3/4/4/4/4: ``['000', '0000', '0000', '0000', '0123']``."""
     if ledger_id < 0:
         raise ValueError(f"negative ledger id {ledger_id}")
     digits = f"{ledger_id:0{_ID_DIGITS}d}"
@@ -40,6 +40,12 @@ def ledger_path(ledger_id: int) -> str:
     for width in _SPLITS:
         parts.append(digits[pos : pos + width])
         pos += width
+    return parts
+
+
+def ledger_path(ledger_id: int) -> str:
+    """``/ledgers/000/0000/0000/0000/L0123`` for ledger 123."""
+    parts = hierarchical_parts(ledger_id)
     return f"{LEDGERS_ROOT}/{'/'.join(parts[:-1])}/L{parts[-1]}"
 
 
