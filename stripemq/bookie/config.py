@@ -21,8 +21,10 @@ class BookieConfig:
     rack: str | None = None
     # ZooKeeper session timeout: a bookie that dies stays registered this long (zkTimeout).
     zk_timeout_ms: int = 10_000
-    # Also run auto-recovery (auditor candidate + replication worker) in this process.
+    # Also run auto-recovery (auditor candidate + replication worker) in this process, with
+    # the settings of the TOML file autorecovery_conf (those of `stripemq autorecovery`).
     autorecovery_enabled: bool = False
+    autorecovery_conf: str | None = None
     # Prometheus /metrics; port 0 picks a free port.
     enable_statistics: bool = True
     stats_http_port: int = 8000

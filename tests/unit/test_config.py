@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from stripemq.bookie.autorecovery import AutoRecoveryConfig
 from stripemq.bookie.config import BookieConfig
 from stripemq.bookie.disk import DiskUsage, DiskUsagePolicy
 from stripemq.config import load_config, parse_overrides
@@ -60,3 +61,25 @@ def test_disk_policy_has_hysteresis() -> None:
     assert policy.read_only_after(True, 0.92) is True  # between the marks: stay read-only
     assert policy.read_only_after(True, 0.89) is False
     assert DiskUsage(total_bytes=100, free_bytes=25).fraction == 0.75
+
+
+def test_autorecovery_inside_a_bookie_reads_its_own_file(tmp_path: Path) -> None:
+    conf = tmp_path / "autorecovery.toml"
+    conf.write_text("replication_workers = 3\nlost_bookie_recovery_delay_s = 30\n")
+    bookie = load_config(
+        BookieConfig,
+        None,
+        {
+            "metadata_service_uri": "zk://127.0.0.1:2181/x",
+            "autorecovery_enabled": True,
+            "autorecovery_conf": str(conf),
+            "bookie_port": 3999,
+        },
+    )
+    config = AutoRecoveryConfig.for_bookie(bookie)
+    assert config.replication_workers == 3 and config.lost_bookie_recovery_delay_s == 30
+    assert config.metadata_service_uri == "zk://127.0.0.1:2181/x"
+    assert config.participant_id == bookie.bookie_id
+    conf.write_text("no_such_setting = 1\n")
+    with pytest.raises(ConfigError):
+        AutoRecoveryConfig.for_bookie(bookie)

@@ -11,12 +11,14 @@ import socket
 from dataclasses import dataclass
 from typing import Protocol
 
+from stripemq.config import load_config
 from stripemq.errors import ConfigError
 
 
 class _BookieSettings(Protocol):
     metadata_service_uri: str
     zk_timeout_ms: int
+    autorecovery_conf: str | None
 
     @property
     def bookie_id(self) -> str: ...
@@ -96,11 +98,15 @@ class AutoRecoveryConfig:
 
     @classmethod
     def for_bookie(cls, bookie: _BookieSettings) -> AutoRecoveryConfig:
-        """The settings of the auto-recovery a bookie runs inside (``autorecovery_enabled``)."""
-        config = cls(
-            metadata_service_uri=bookie.metadata_service_uri,
-            zk_timeout_ms=bookie.zk_timeout_ms,
-            instance_id=bookie.bookie_id,
+        """The settings of the auto-recovery a bookie runs inside (``autorecovery_enabled``):
+        the bookie's ``autorecovery_conf`` file if it names one, with the bookie's metadata
+        service, session timeout and id on top."""
+        return load_config(
+            cls,
+            bookie.autorecovery_conf,
+            {
+                "metadata_service_uri": bookie.metadata_service_uri,
+                "zk_timeout_ms": bookie.zk_timeout_ms,
+                "instance_id": bookie.bookie_id,
+            },
         )
-        config.validate()
-        return config
