@@ -402,6 +402,7 @@ async def test_tailing_reader_follows_the_writer(
         await handle.add_entry(payload(10))
         assert await asyncio.wait_for(waiter, 10) >= 10
         assert (await tail.read_entry(10)).data == payload(10)
+        assert tail.length == sum(len(payload(i)) for i in range(11))  # through entry 10
         # Nothing new: the long poll ends at its timeout with the LAC unchanged.
         assert await tail.wait_for_entries_after(10, timeout_s=0.3) == 10
 

@@ -24,7 +24,7 @@ from stripemq.errors import (
     ReadError,
     ReadTimeoutError,
 )
-from stripemq.proto.entry import HEADER_SIZE, verify_entry
+from stripemq.proto.entry import HEADER_SIZE, parse_header, verify_entry
 
 if TYPE_CHECKING:
     from stripemq.bookie.client.bookkeeper import BookKeeper
@@ -247,6 +247,7 @@ class ReadOnlyLedgerHandle(ReadHandle):
     def __init__(self, bk: BookKeeper, ledger_id: int, metadata: LedgerMetadata, version: int):
         super().__init__(bk, ledger_id, metadata, version)
         self._lac = metadata.last_entry_id if metadata.is_closed else -1
+        self._length_read = 0
 
     @property
     def last_add_confirmed(self) -> int:
@@ -254,18 +255,22 @@ class ReadOnlyLedgerHandle(ReadHandle):
 
     @property
     def length(self) -> int:
-        return self.metadata.length
+        """The ledger's length once closed; while open, its length through the highest entry
+        read so far (each entry records it)."""
+        return self.metadata.length if self.metadata.is_closed else self._length_read
 
     async def read_raw_entries(self, first: int, last: int) -> list[bytes]:
         """As for any handle; if the ledger is still open and a read fails, the writer may
         have moved those entries to a new ensemble: re-read the metadata and try once more."""
         try:
-            return await super().read_raw_entries(first, last)
+            entries = await super().read_raw_entries(first, last)
         except (NoSuchEntryError, ReadError):
             if self.metadata.is_closed:
                 raise
             await self.refresh_metadata()
-            return await super().read_raw_entries(first, last)
+            entries = await super().read_raw_entries(first, last)
+        self._length_read = max(self._length_read, parse_header(entries[-1]).length)
+        return entries
 
     async def refresh_metadata(self) -> None:
         self.metadata, self.version = await self.bk.ledger_manager.read(self.ledger_id)
