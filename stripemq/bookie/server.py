@@ -203,7 +203,18 @@ class BookieServer:
         return self.config.bookie_id
 
     async def start(self) -> None:
-        """Recover storage, listen, then register (so a registered bookie always answers)."""
+        """Recover storage, listen, then register (so a registered bookie always answers).
+
+        A start that fails part-way (a port in use, an unreachable metadata store) releases
+        what it had opened before raising, so the process exits without leaked servers.
+        """
+        try:
+            await self._start()
+        except BaseException:
+            await self._abandon_start()
+            raise
+
+    async def _start(self) -> None:
         await self.storage.start()
         server = grpc.aio.server(options=GRPC_OPTIONS)
         service = BookieService(self.storage, self.config, self.metrics)
@@ -244,6 +255,13 @@ class BookieServer:
 
     async def stop(self, grace: float = 5.0) -> None:
         """Clean shutdown: unregister, finish in-flight calls, checkpoint, close."""
+        await self._stop_services(grace)
+        await self.storage.stop()
+        await self.metrics.close()
+        log.info("bookie %s stopped", self.bookie_id)
+
+    async def _stop_services(self, grace: float) -> None:
+        """Stop everything that runs on top of storage, newest first."""
         if self.autorecovery is not None:
             await self.autorecovery.stop()
         if self._monitor is not None:
@@ -254,9 +272,14 @@ class BookieServer:
             await self.registration.stop()
         if self._server is not None:
             await self._server.stop(grace)
-        await self.storage.stop()
-        await self.metrics.close()
-        log.info("bookie %s stopped", self.bookie_id)
+
+    async def _abandon_start(self) -> None:
+        """Close what a failed start opened; the disks are left as a crash would leave them."""
+        try:
+            await self._stop_services(grace=0)
+        finally:
+            await self.storage.abort()
+            await self.metrics.close()
 
     async def _make_store(self) -> MetadataStore:
         if self._shared_store is not None:

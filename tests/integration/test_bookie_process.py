@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import uuid
@@ -174,6 +175,34 @@ async def test_clean_stop_unregisters_and_restart_keeps_data(
         for i in range(500):
             assert (await client.read_entry(2, i)).entry == make_entry(2, i)
         assert await metadata.exists(path) is not None
+    finally:
+        await client.close()
+
+
+async def test_a_port_in_use_stops_the_start_cleanly_and_loses_nothing(
+    make_bookie: BookieFactory,
+) -> None:
+    bookie = make_bookie()
+    await bookie.start()
+    client = await connected(bookie.address)
+    await asyncio.gather(*(client.add_entry(KEY, make_entry(3, i)) for i in range(50)))
+    await client.close()
+    bookie.kill()
+
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", bookie.metrics_port))
+        squatter.listen()
+        with pytest.raises(RuntimeError, match="exited with 1"):
+            await bookie.start()
+        log = bookie.tail_log()
+        assert "address already in use" in log
+        assert "Traceback" not in log and "never awaited" not in log, log
+
+    await bookie.start()
+    client = await connected(bookie.address)
+    try:
+        for i in range(50):
+            assert (await client.read_entry(3, i)).entry == make_entry(3, i)
     finally:
         await client.close()
 
