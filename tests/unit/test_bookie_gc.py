@@ -19,16 +19,25 @@ from stripemq.bookie.client.metadata import LedgerMetadata, master_key_for
 from stripemq.bookie.config import BookieConfig
 from stripemq.bookie.metrics import BookieMetrics
 from stripemq.bookie.storage import engine as engine_module
+from stripemq.bookie.storage.deleted import DeletedLedgers
 from stripemq.bookie.storage.engine import AddOp, BookieStorage
 from stripemq.bookie.storage.entry_log import (
     EntryLogger,
     EntryLogMeta,
     MissingEntryLogError,
     make_location,
+    split_location,
 )
 from stripemq.bookie.storage.gc import GarbageCollector
+from stripemq.bookie.storage.index import LedgerIndex
 from stripemq.config import load_config
-from stripemq.errors import ConfigError, NoSuchEntryError, NoSuchLedgerError
+from stripemq.errors import (
+    BookieError,
+    ConfigError,
+    LedgerFencedError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+)
 from stripemq.metadata import create_metadata_store
 from stripemq.proto.entry import EntryHeader, encode_entry
 
@@ -138,19 +147,58 @@ async def test_deleted_ledgers_are_dropped_and_live_ones_untouched(
         await storage.stop()
 
 
-async def test_a_late_write_to_a_dropped_ledger_is_collected_again(
+async def test_a_fenced_out_writer_cannot_revive_a_dropped_ledger(
     storage: BookieStorage,
 ) -> None:
     await write_interleaved(storage, {1: 300, 2: 300}, 3)
-    state = await storage.fence(1, KEY)  # a request that loaded the state before the drop
+    state = await storage.fence(1, KEY)  # a recovery fenced it; then it was deleted
+    [refused] = await storage.add_entries([AddOp(entry(1, 3), KEY)])
+    assert isinstance(refused, LedgerFencedError)
     await storage.run_gc({2})
-    storage._dirty_headers.add(state.ledger_id)  # ... and marks its header after it
-    await add_ok(storage, entry(1, 9))  # a zombie writer
+    storage._dirty_headers.add(state.ledger_id)  # a request that loaded the state earlier
+
+    # Without a record of the drop, the writer would find a fresh, unfenced ledger here and
+    # have its add acknowledged, only for the next GC round to throw the entry away.
+    [refused] = await storage.add_entries([AddOp(entry(1, 3), KEY)])
+    assert isinstance(refused, LedgerFencedError)
+    with pytest.raises(LedgerFencedError):
+        await storage.fence(1, KEY)
+    with pytest.raises(LedgerFencedError):
+        await storage.write_lac(1, KEY, 2)
     await storage.checkpoint()  # must not fail (a failed checkpoint turns the bookie read-only)
     assert not storage.read_only
-    assert (await storage.read_entry(1, 9))[0] == entry(1, 9)
-    assert (await storage.run_gc({2})).ledgers_deleted == [1]
     await assert_gone(storage, 1)
+
+    # The record of the drop is durable: neither a crash nor a clean restart forgets it.
+    for crash in (True, False):
+        storage = await restarted(storage, crash=crash)
+        [refused] = await storage.add_entries([AddOp(entry(1, 3), KEY)])
+        assert isinstance(refused, LedgerFencedError)
+        await assert_gone(storage, 1)
+    await storage.stop()
+
+
+async def test_journal_records_of_a_dropped_ledger_are_not_replayed(tmp_path: Path) -> None:
+    storage = BookieStorage(make_config(tmp_path))
+    await storage.start()
+    await add_ok(storage, entry(1, 0), entry(2, 0))
+    real_checkpoint = storage._checkpoint_locked
+
+    async def failing_checkpoint() -> None:
+        raise OSError("disk trouble")  # GC's checkpoint fails: the LastLogMark stays put
+
+    storage._checkpoint_locked = failing_checkpoint  # type: ignore[method-assign]
+    await storage.run_gc({2})
+    storage._checkpoint_locked = real_checkpoint  # type: ignore[method-assign]
+    await storage.abort()  # the journal still holds ledger 1's entry
+
+    storage = BookieStorage(storage.config)
+    await storage.start()
+    try:
+        await assert_gone(storage, 1)
+        assert (await storage.read_entry(2, 0))[0] == entry(2, 0)
+    finally:
+        await storage.stop()
 
 
 async def test_logs_with_nothing_live_are_removed_without_copying(storage: BookieStorage) -> None:
@@ -245,6 +293,111 @@ async def test_metadata_is_rebuilt_by_scanning_when_sidecars_are_lost(tmp_path: 
         await storage.stop()
 
 
+async def crash_without_sidecar(storage: BookieStorage) -> None:
+    """What SIGKILL leaves: files intact but no sidecar for the current entry log
+    (``abort()`` closes the entry logger, which writes one)."""
+    storage._closed = True
+    storage._stopping.set()
+    for task in (storage._timer_task, storage._flush_task):
+        if task is not None:
+            task.cancel()
+    await storage.journal.abort()
+    storage._read_io.shutdown(wait=True)
+
+    def close_raw() -> None:
+        logger = storage.entry_log
+        for fd in logger._read_fds.values():
+            os.close(fd)
+        logger._read_fds.clear()
+        if logger._fd >= 0:
+            os.close(logger._fd)
+            logger._fd = -1
+        for fd in storage.index._fds.values():
+            os.close(fd)
+        storage.index._fds.clear()
+
+    await asyncio.get_running_loop().run_in_executor(storage._flush_io, close_raw)
+    storage._flush_io.shutdown(wait=True)
+
+
+def corrupt_record_size(config: BookieConfig, ledger: int, entry_id: int) -> int:
+    """Flip the size prefix of one stored record (a bad sector) while the bookie is down,
+    touching nothing else; returns the record's log id."""
+    index = LedgerIndex(Path(config.ledger_dir) / "index")
+    location = index.get_location(ledger, entry_id)
+    index.close()
+    assert location is not None
+    log_id, offset = split_location(location)
+    path = Path(config.ledger_dir) / "logs" / f"{log_id:08x}.log"
+    assert not path.with_suffix(".meta").exists()  # the log that was current at the crash
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, b"\xff\xff\xff\xff", offset)
+    finally:
+        os.close(fd)
+    return log_id
+
+
+async def test_a_log_scanned_past_a_bad_record_is_kept_while_the_index_uses_it(
+    tmp_path: Path,
+) -> None:
+    config = make_config(tmp_path)
+    storage = BookieStorage(config)
+    await storage.start()
+    live = [entry(2, i) for i in range(5)]
+    await add_ok(storage, entry(1, 0), *live)
+    await storage.checkpoint()  # in the current log; the LastLogMark moves past them
+    await crash_without_sidecar(storage)  # the current log is left without a sidecar
+
+    # A bad sector over the log's first record: the scan that rebuilds its metadata stops
+    # there and never sees ledger 2, whose entries come after it.
+    log_id = corrupt_record_size(config, 1, 0)
+
+    storage = BookieStorage(config)
+    await storage.start()
+    try:
+        for i, raw in enumerate(live):  # ledger 2 is intact and readable
+            assert (await storage.read_entry(2, i))[0] == raw
+        # Both ledgers are still in metadata: GC must delete nothing.
+        result = await storage.run_gc({1, 2})
+        assert result.ledgers_deleted == []
+        assert storage.entry_log.path(log_id).exists(), "ledger 2 still points into the log"
+        for i, raw in enumerate(live):
+            assert (await storage.read_entry(2, i))[0] == raw
+    finally:
+        await storage.stop()
+
+
+async def test_compaction_keeps_a_log_with_a_bad_record_the_index_still_uses(
+    tmp_path: Path,
+) -> None:
+    config = make_config(tmp_path)
+    storage = BookieStorage(config)
+    await storage.start()
+    dead = [entry(1, i, 4000) for i in range(8)]  # mostly garbage once ledger 1 goes
+    kept = [entry(2, i) for i in range(3)]
+    tail = [entry(3, i) for i in range(5)]
+    await add_ok(storage, *dead, *kept, *tail)
+    await storage.checkpoint()
+    await crash_without_sidecar(storage)
+
+    log_id = corrupt_record_size(config, 3, 0)  # ledger 3's records come after this one
+
+    storage = BookieStorage(config)
+    await storage.start()
+    try:
+        for i in range(1, 5):  # entries 3:1..3:4 are intact
+            assert (await storage.read_entry(3, i))[0] == tail[i]
+        await storage.run_gc({2, 3})  # ledger 1 deleted from metadata
+        await storage.compact(0.5)
+        # The scan stopped at the bad record, so its metadata never saw ledger 3.
+        assert storage.entry_log.path(log_id).exists(), "ledger 3 still points into the log"
+        for i in range(1, 5):
+            assert (await storage.read_entry(3, i))[0] == tail[i]
+    finally:
+        await storage.stop()
+
+
 def test_entry_log_meta_roundtrip() -> None:
     meta = EntryLogMeta(7, 1000, {1: 600, 9: 400})
     assert EntryLogMeta.decode(meta.encode(), 7) == meta
@@ -252,6 +405,24 @@ def test_entry_log_meta_roundtrip() -> None:
     assert EntryLogMeta.decode(meta.encode()[:-1], 7) is None
     assert meta.live_fraction == 1.0
     assert EntryLogMeta(3).live_fraction == 0.0
+    partial = EntryLogMeta(7, 1000, {1: 600}, partial=True)
+    assert EntryLogMeta.decode(partial.encode(), 7) == partial
+
+
+def test_deleted_ledgers_merge_runs_and_survive_encoding(tmp_path: Path) -> None:
+    deleted = DeletedLedgers()
+    deleted.add([5, 3, 4, 10])
+    deleted.add([6, 12, 11, 1 << 62])
+    assert deleted.ranges() == [(3, 6), (10, 12), (1 << 62, 1 << 62)]
+    assert [i for i in (2, 3, 6, 7, 9, 11, 13, 1 << 62) if i in deleted] == [3, 6, 11, 1 << 62]
+    assert len(deleted) == 8
+    deleted.save(tmp_path)
+    assert DeletedLedgers.load(tmp_path).ranges() == deleted.ranges()
+    assert DeletedLedgers.load(tmp_path / "elsewhere").ranges() == []  # never collected
+    raw = (tmp_path / "deleted-ledgers").read_bytes()
+    for damaged in (raw[:-1], raw[:5], raw[:-1] + bytes([raw[-1] ^ 1]), b"XXXX" + raw[4:]):
+        with pytest.raises(BookieError):  # guessing could bring a deleted ledger back
+            DeletedLedgers.decode(damaged)
 
 
 # ------------------------------------------------------------------------- crash safety

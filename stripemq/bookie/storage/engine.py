@@ -27,6 +27,7 @@ from pathlib import Path
 import crc32c
 
 from stripemq.bookie.config import BookieConfig
+from stripemq.bookie.storage.deleted import DeletedLedgers
 from stripemq.bookie.storage.entry_log import (
     EntryLogger,
     LogScan,
@@ -176,6 +177,8 @@ class BookieStorage:
         self.entries_added = 0
         self.checkpoints = 0
         self._ledgers: dict[int, LedgerState] = {}
+        # Garbage-collected ledgers; touched on the event loop only, saved by the flush thread.
+        self.deleted = DeletedLedgers()
         # Ledgers whose header (fence, key, explicit LAC) changed since the last checkpoint.
         self._dirty_headers: set[int] = set()
         self._read_cache: OrderedDict[tuple[int, int], bytes] = OrderedDict()
@@ -245,6 +248,7 @@ class BookieStorage:
 
     def _open_and_replay(self) -> None:
         self.ledger_dir.mkdir(parents=True, exist_ok=True)
+        self.deleted = DeletedLedgers.load(self.ledger_dir)
         self.entry_log.open()
         # A ledger without an index file was garbage-collected (or never flushed: its bytes in
         # old logs are not pointed at, and the journal replay below writes them again).
@@ -268,6 +272,8 @@ class BookieStorage:
         )
 
     def _apply_replayed(self, record: JournalRecord) -> None:
+        if record.ledger_id in self.deleted:
+            return  # garbage-collected after this record was journalled
         state = self._ledgers.get(record.ledger_id) or self._load_state_sync(record.ledger_id)
         if state is None:
             state = LedgerState(record.ledger_id)
@@ -354,6 +360,11 @@ class BookieStorage:
                 return state
             if generation == self._gc_generation:
                 break
+        if ledger_id in self.deleted:
+            if create:
+                # Its writer was fenced or is gone: never hand out a fresh, unfenced ledger.
+                raise LedgerFencedError(f"ledger {ledger_id} was deleted; nothing can be added")
+            raise NoSuchLedgerError(f"ledger {ledger_id} was deleted from this bookie")
         if loaded is None:
             if not create:
                 raise NoSuchLedgerError(f"ledger {ledger_id} does not exist on this bookie")
@@ -729,8 +740,10 @@ class BookieStorage:
         async with self._flush_lock:  # no checkpoint snapshot exists while this is held
             self._check_open()
             if doomed:
+                # Remembered before any file goes, so no add in between finds a fresh ledger.
+                self.deleted.add(doomed)
                 result.dead_bytes = await loop.run_in_executor(
-                    self._flush_io, self._drop_ledgers_sync, doomed
+                    self._flush_io, self._drop_ledgers_sync, doomed, self.deleted.copy()
                 )
                 # Files first, memory second: a state loaded in between is caught by the
                 # generation check in _state and loaded again (finding nothing).
@@ -761,7 +774,8 @@ class BookieStorage:
         self.gc_stats.bytes_reclaimed += result.bytes_reclaimed
         return result
 
-    def _drop_ledgers_sync(self, ledger_ids: set[int]) -> int:
+    def _drop_ledgers_sync(self, ledger_ids: set[int], deleted: DeletedLedgers) -> int:
+        deleted.save(self.ledger_dir)
         self.index.delete(sorted(ledger_ids))
         return self.entry_log.drop_ledgers(ledger_ids)
 
@@ -769,10 +783,30 @@ class BookieStorage:
         """Remove finished logs none of whose ledgers exist any more (nothing to copy)."""
         removed = reclaimed = 0
         for meta in self.entry_log.finished_metas():
-            if not meta.ledger_bytes:
-                reclaimed += self.entry_log.remove_log(meta.log_id)
-                removed += 1
+            if meta.ledger_bytes:
+                continue
+            if meta.partial and self._ledger_pointing_into(meta.log_id) is not None:
+                continue  # logged there; the unreadable record keeps the log on disk
+            reclaimed += self.entry_log.remove_log(meta.log_id)
+            removed += 1
         return removed, reclaimed
+
+    def _ledger_pointing_into(self, log_id: int) -> int | None:
+        """A ledger of the index with an entry in ``log_id``, asked of every ledger on disk.
+
+        For logs whose metadata cannot be trusted to name every ledger they hold (a scan
+        stopped at an unreadable record), this is the only safe test before removing them.
+        """
+        for ledger_id in self.index.ledger_ids():
+            if self.index.points_into(ledger_id, log_id):
+                log.error(
+                    "entry log %08x has an unreadable record and ledger %d still points "
+                    "into it: keeping the log",
+                    log_id,
+                    ledger_id,
+                )
+                return ledger_id
+        return None
 
     async def compact(
         self, threshold: float, should_stop: Callable[[], bool] | None = None
@@ -890,20 +924,8 @@ class BookieStorage:
 
     def _remove_compacted_sync(self, log_id: int, scan: LogScan) -> int | None:
         """Delete a compacted log; its size, or ``None`` if something may still point at it."""
-        if not scan.clean:
-            # The scan stopped at an unreadable record. After a crash that is a torn tail no
-            # index slot points into, but make sure before deleting anything.
-            for meta in self.entry_log.finished_metas():
-                if meta.log_id != log_id:
-                    continue
-                for ledger_id in meta.ledger_bytes:
-                    if self.index.points_into(ledger_id, log_id):
-                        log.error(
-                            "entry log %08x has an unreadable record at %d and ledger %d "
-                            "still points into it: keeping the log",
-                            log_id,
-                            scan.end,
-                            ledger_id,
-                        )
-                        return None
+        if not scan.clean and self._ledger_pointing_into(log_id) is not None:
+            # The copy stopped at an unreadable record: entries after it were not moved.
+            # (After a crash it is usually a torn tail no index slot points into.)
+            return None
         return self.entry_log.remove_log(log_id)

@@ -42,7 +42,8 @@ _LEDGER_ID = struct.Struct(">Q")
 
 META_MAGIC = b"SMQL"
 META_VERSION = 1
-_META_HEAD = struct.Struct(">4sHHQQI")  # magic, version, reserved, log_id, total_bytes, count
+_META_HEAD = struct.Struct(">4sHHQQI")  # magic, version, flags, log_id, total_bytes, count
+_META_PARTIAL = 0x1  # flags: built by a scan that stopped at an unreadable record
 _META_ITEM = struct.Struct(">QQ")  # ledger_id, bytes
 _META_CRC = struct.Struct(">I")
 
@@ -70,11 +71,14 @@ class EntryLogMeta:
 
     ``total_bytes`` never shrinks; a ledger garbage-collected is removed from
     ``ledger_bytes``, so ``live_bytes / total_bytes`` is the fraction compaction would keep.
+    ``partial`` marks metadata rebuilt by a scan that stopped at an unreadable record: ledgers
+    with records after it are missing, so only the index can say whether the log is dead.
     """
 
     log_id: int
     total_bytes: int = 0
     ledger_bytes: dict[int, int] = field(default_factory=dict)
+    partial: bool = False
 
     @property
     def live_bytes(self) -> int:
@@ -90,8 +94,9 @@ class EntryLogMeta:
 
     def encode(self) -> bytes:
         """``<log_id>.meta``: header, ``(ledger_id, bytes)`` pairs, CRC32C over all of it."""
+        flags = _META_PARTIAL if self.partial else 0
         head = _META_HEAD.pack(
-            META_MAGIC, META_VERSION, 0, self.log_id, self.total_bytes, len(self.ledger_bytes)
+            META_MAGIC, META_VERSION, flags, self.log_id, self.total_bytes, len(self.ledger_bytes)
         )
         items = b"".join(_META_ITEM.pack(lid, n) for lid, n in sorted(self.ledger_bytes.items()))
         body = head + items
@@ -105,7 +110,7 @@ class EntryLogMeta:
         body, (checksum,) = raw[: -_META_CRC.size], _META_CRC.unpack_from(raw, len(raw) - 4)
         if crc32c.crc32c(body) != checksum:
             return None
-        magic, version, _, stored_id, total, count = _META_HEAD.unpack_from(body, 0)
+        magic, version, flags, stored_id, total, count = _META_HEAD.unpack_from(body, 0)
         if (
             magic != META_MAGIC
             or version != META_VERSION
@@ -117,7 +122,7 @@ class EntryLogMeta:
             _META_ITEM.unpack_from(body, _META_HEAD.size + i * _META_ITEM.size)
             for i in range(count)
         )
-        return cls(log_id, total, ledger_bytes)
+        return cls(log_id, total, ledger_bytes, partial=bool(flags & _META_PARTIAL))
 
 
 @dataclass
@@ -318,6 +323,7 @@ class EntryLogger:
         outcome = LogScan()
         for _offset, entry in self.scan(log_id, outcome):
             meta.add(_LEDGER_ID.unpack_from(entry, 0)[0], record_size(entry))
+        meta.partial = not outcome.clean
         log.info(
             "rebuilt metadata of entry log %08x by scanning it: %d bytes, %d ledgers%s",
             log_id,
@@ -364,7 +370,7 @@ class EntryLogger:
         """Copies of the metadata of every finished (non-current) log."""
         with self._meta_lock:
             return [
-                EntryLogMeta(m.log_id, m.total_bytes, dict(m.ledger_bytes))
+                EntryLogMeta(m.log_id, m.total_bytes, dict(m.ledger_bytes), m.partial)
                 for m in self._metas.values()
             ]
 
