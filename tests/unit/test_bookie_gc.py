@@ -410,9 +410,9 @@ def test_entry_log_meta_roundtrip() -> None:
 
 
 def test_deleted_ledgers_merge_runs_and_survive_encoding(tmp_path: Path) -> None:
-    deleted = DeletedLedgers()
-    deleted.add([5, 3, 4, 10])
-    deleted.add([6, 12, 11, 1 << 62])
+    empty = DeletedLedgers()
+    deleted = empty.union([5, 3, 4, 10]).union([6, 12, 11, 1 << 62])
+    assert empty.ranges() == []
     assert deleted.ranges() == [(3, 6), (10, 12), (1 << 62, 1 << 62)]
     assert [i for i in (2, 3, 6, 7, 9, 11, 13, 1 << 62) if i in deleted] == [3, 6, 11, 1 << 62]
     assert len(deleted) == 8

@@ -31,7 +31,11 @@ _CRC = struct.Struct(">I")
 
 
 class DeletedLedgers:
-    """A set of ledger ids held as sorted, disjoint, inclusive ranges (ids come in runs)."""
+    """A set of ledger ids held as sorted, disjoint, inclusive ranges (ids come in runs).
+
+    Never changed in place: ``union`` builds a new one, so a thread may build it while the
+    event loop keeps reading the old.
+    """
 
     def __init__(self, ranges: Iterable[tuple[int, int]] = ()) -> None:
         self._firsts: list[int] = []
@@ -46,17 +50,12 @@ class DeletedLedgers:
     def __len__(self) -> int:
         return sum(last - first + 1 for first, last in self.ranges())
 
-    def copy(self) -> DeletedLedgers:
-        return DeletedLedgers(self.ranges())
-
     def ranges(self) -> list[tuple[int, int]]:
         return list(zip(self._firsts, self._lasts, strict=True))
 
-    def add(self, ledger_ids: Iterable[int]) -> None:
-        merged = self.ranges() + [(i, i) for i in ledger_ids]
-        self._firsts, self._lasts = [], []
-        for first, last in sorted(merged):
-            self._append(first, last)
+    def union(self, ledger_ids: Iterable[int]) -> DeletedLedgers:
+        """A new set with ``ledger_ids`` added (this one is left as it is for its readers)."""
+        return DeletedLedgers(self.ranges() + [(i, i) for i in ledger_ids])
 
     def _append(self, first: int, last: int) -> None:
         if self._lasts and first <= self._lasts[-1] + 1:

@@ -177,7 +177,7 @@ class BookieStorage:
         self.entries_added = 0
         self.checkpoints = 0
         self._ledgers: dict[int, LedgerState] = {}
-        # Garbage-collected ledgers; touched on the event loop only, saved by the flush thread.
+        # Garbage-collected ledgers; replaced (never changed) on the event loop.
         self.deleted = DeletedLedgers()
         # Ledgers whose header (fence, key, explicit LAC) changed since the last checkpoint.
         self._dirty_headers: set[int] = set()
@@ -741,9 +741,11 @@ class BookieStorage:
             self._check_open()
             if doomed:
                 # Remembered before any file goes, so no add in between finds a fresh ledger.
-                self.deleted.add(doomed)
+                self.deleted = await loop.run_in_executor(
+                    self._flush_io, self.deleted.union, doomed
+                )
                 result.dead_bytes = await loop.run_in_executor(
-                    self._flush_io, self._drop_ledgers_sync, doomed, self.deleted.copy()
+                    self._flush_io, self._drop_ledgers_sync, doomed, self.deleted
                 )
                 # Files first, memory second: a state loaded in between is caught by the
                 # generation check in _state and loaded again (finding nothing).
