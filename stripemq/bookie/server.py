@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
 import grpc
@@ -219,9 +219,13 @@ class BookieServer:
         server = grpc.aio.server(options=GRPC_OPTIONS)
         service = BookieService(self.storage, self.config, self.metrics)
         pb_grpc.add_BookieServicer_to_server(service, server)
-        port = server.add_insecure_port(f"{self.config.bookie_host}:{self.config.bookie_port}")
+        address = f"{self.config.bookie_host}:{self.config.bookie_port}"
+        try:
+            port = server.add_insecure_port(address)
+        except RuntimeError as exc:  # grpcio raises where older releases returned 0
+            raise OSError(f"cannot listen on {address}: {exc}") from None
         if port == 0:
-            raise OSError(f"cannot listen on {self.config.bookie_host}:{self.config.bookie_port}")
+            raise OSError(f"cannot listen on {address}")
         self.config.bookie_port = port
         await server.start()
         self._server = server
@@ -261,17 +265,25 @@ class BookieServer:
         log.info("bookie %s stopped", self.bookie_id)
 
     async def _stop_services(self, grace: float) -> None:
-        """Stop everything that runs on top of storage, newest first."""
+        """Stop everything that runs on top of storage, newest first; a step that fails is
+        logged and the others still run."""
+        steps: list[tuple[str, Callable[[], Awaitable[object]]]] = []
         if self.autorecovery is not None:
-            await self.autorecovery.stop()
+            steps.append(("auto-recovery", self.autorecovery.stop))
         if self._monitor is not None:
             self._monitor.cancel()
         if self.gc is not None:
-            await self.gc.stop()
+            steps.append(("garbage collector", self.gc.stop))
         if self.registration is not None:
-            await self.registration.stop()
+            steps.append(("registration", self.registration.stop))
         if self._server is not None:
-            await self._server.stop(grace)
+            server = self._server
+            steps.append(("gRPC server", lambda: server.stop(grace)))
+        for name, stop in steps:
+            try:
+                await stop()
+            except Exception:
+                log.exception("stopping the %s failed", name)
 
     async def _abandon_start(self) -> None:
         """Close what a failed start opened; the disks are left as a crash would leave them."""

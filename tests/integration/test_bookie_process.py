@@ -189,14 +189,20 @@ async def test_a_port_in_use_stops_the_start_cleanly_and_loses_nothing(
     await client.close()
     bookie.kill()
 
-    with socket.socket() as squatter:
-        squatter.bind(("127.0.0.1", bookie.metrics_port))
-        squatter.listen()
-        with pytest.raises(RuntimeError, match="exited with 1"):
-            await bookie.start()
-        log = bookie.tail_log()
-        assert "address already in use" in log
-        assert "Traceback" not in log and "never awaited" not in log, log
+    expected = {
+        bookie.metrics_port: "address already in use",
+        bookie.port: f"cannot listen on 127.0.0.1:{bookie.port}",
+    }
+    for port, message in expected.items():
+        with socket.socket() as squatter:
+            squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past TIME_WAIT
+            squatter.bind(("127.0.0.1", port))
+            squatter.listen()
+            with pytest.raises(RuntimeError, match="exited with 1"):
+                await bookie.start()
+            log = bookie.tail_log()
+            assert message in log, log
+            assert "Traceback" not in log and "never awaited" not in log, log
 
     await bookie.start()
     client = await connected(bookie.address)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import signal
+import struct
 import subprocess
 import sys
 import textwrap
@@ -12,6 +14,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import crc32c
 import pytest
 
 from stripemq.bookie.client.ledger_manager import LedgerManager
@@ -33,6 +36,7 @@ from stripemq.bookie.storage.index import LedgerIndex
 from stripemq.config import load_config
 from stripemq.errors import (
     BookieError,
+    BookieReadOnlyError,
     ConfigError,
     LedgerFencedError,
     NoSuchEntryError,
@@ -396,6 +400,55 @@ async def test_compaction_keeps_a_log_with_a_bad_record_the_index_still_uses(
             assert (await storage.read_entry(3, i))[0] == tail[i]
     finally:
         await storage.stop()
+
+
+async def test_a_version_1_sidecar_is_rebuilt_rather_than_trusted(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    storage = BookieStorage(config)
+    await storage.start()
+    live = [entry(2, i) for i in range(5)]
+    await add_ok(storage, entry(1, 0), *live)
+    await storage.checkpoint()
+    await crash_without_sidecar(storage)
+    log_id = corrupt_record_size(config, 1, 0)
+    # What the previous release wrote after its scan stopped at the bad record: no flags.
+    body = struct.pack(">4sHHQQI", b"SMQL", 1, 0, log_id, 0, 0)
+    meta_path = Path(config.ledger_dir) / "logs" / f"{log_id:08x}.meta"
+    meta_path.write_bytes(body + struct.pack(">I", crc32c.crc32c(body)))
+
+    storage = BookieStorage(config)
+    await storage.start()
+    try:
+        await storage.run_gc({1, 2})  # nothing was deleted from metadata
+        assert storage.entry_log.path(log_id).exists(), "ledger 2 still points into the log"
+        for i, raw in enumerate(live):
+            assert (await storage.read_entry(2, i))[0] == raw
+    finally:
+        await storage.stop()
+
+
+async def test_gc_frees_space_even_when_the_dropped_set_cannot_be_saved(
+    storage: BookieStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await write_interleaved(storage, {1: 2000}, 100)  # several logs of ledger 1 only
+    before = logs_bytes(storage)
+    real_save = DeletedLedgers.save
+
+    def disk_full(self: DeletedLedgers, directory: Path) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(DeletedLedgers, "save", disk_full)
+    storage.read_only = True  # the disk is full: that is why the bookie went read-only
+    await storage.run_gc(set())
+    assert logs_bytes(storage) < before / 2, "GC freed nothing on a full disk"
+    [refused] = await storage.add_entries([AddOp(entry(1, 500), KEY)])
+    assert isinstance(refused, (LedgerFencedError, BookieReadOnlyError))
+    assert 1 in storage.deleted
+
+    monkeypatch.setattr(DeletedLedgers, "save", real_save)
+    storage.read_only = False
+    await storage.run_gc(set())  # space again: the set is saved on the next round
+    assert 1 in DeletedLedgers.load(Path(storage.config.ledger_dir))
 
 
 def test_entry_log_meta_roundtrip() -> None:

@@ -179,6 +179,7 @@ class BookieStorage:
         self._ledgers: dict[int, LedgerState] = {}
         # Garbage-collected ledgers; replaced (never changed) on the event loop.
         self.deleted = DeletedLedgers()
+        self._deleted_unsaved = False  # the last save failed (full disk): retry next round
         # Ledgers whose header (fence, key, explicit LAC) changed since the last checkpoint.
         self._dirty_headers: set[int] = set()
         self._read_cache: OrderedDict[tuple[int, int], bytes] = OrderedDict()
@@ -768,6 +769,8 @@ class BookieStorage:
                     len(doomed),
                     result.dead_bytes,
                 )
+            elif self._deleted_unsaved:
+                await loop.run_in_executor(self._flush_io, self._save_deleted_sync, self.deleted)
             result.logs_deleted, result.bytes_reclaimed = await loop.run_in_executor(
                 self._flush_io, self._remove_dead_logs_sync
             )
@@ -777,9 +780,22 @@ class BookieStorage:
         return result
 
     def _drop_ledgers_sync(self, ledger_ids: set[int], deleted: DeletedLedgers) -> int:
-        deleted.save(self.ledger_dir)
+        self._save_deleted_sync(deleted)
         self.index.delete(sorted(ledger_ids))
         return self.entry_log.drop_ledgers(ledger_ids)
+
+    def _save_deleted_sync(self, deleted: DeletedLedgers) -> None:
+        """Persist the dropped-ledger set; on a full disk, keep going and retry later.
+
+        GC must still free space when nothing can be written (it is how a full bookie
+        recovers), and the set held in memory protects the dropped ledgers meanwhile.
+        """
+        try:
+            deleted.save(self.ledger_dir)
+            self._deleted_unsaved = False
+        except OSError as exc:
+            self._deleted_unsaved = True
+            log.error("cannot save the dropped-ledger set (%s); will retry next round", exc)
 
     def _remove_dead_logs_sync(self) -> tuple[int, int]:
         """Remove finished logs none of whose ledgers exist any more (nothing to copy)."""

@@ -41,7 +41,9 @@ _SIZE = struct.Struct(">I")
 _LEDGER_ID = struct.Struct(">Q")
 
 META_MAGIC = b"SMQL"
-META_VERSION = 1
+# Version 1 sidecars could not say they came from a scan that stopped early (no flags), so
+# they are not trusted: a version-1 sidecar is rebuilt by scanning its log again.
+META_VERSION = 2
 _META_HEAD = struct.Struct(">4sHHQQI")  # magic, version, flags, log_id, total_bytes, count
 _META_PARTIAL = 0x1  # flags: built by a scan that stopped at an unreadable record
 _META_ITEM = struct.Struct(">QQ")  # ledger_id, bytes
