@@ -1,0 +1,1 @@
+"""Cursors: what a subscription has acknowledged, and how that survives a crash."""
