@@ -225,5 +225,45 @@ def bookie_error_from_code(code: int, message: str) -> BookieError:
     return err
 
 
+# --------------------------------------------------------------------------- managed ledger
+
+
+class ManagedLedgerError(StripeMQError):
+    """A topic's storage (managed ledger or cursor) failed. ``server_error`` names the
+    Pulsar protocol ``ServerError`` a broker answers with."""
+
+    server_error: str = "PersistenceError"
+
+
+class ManagedLedgerFencedError(ManagedLedgerError):
+    """Another owner opened the managed ledger (or its ledger was fenced): stop writing."""
+
+    server_error = "ServiceNotReady"
+
+
+class ManagedLedgerClosedError(ManagedLedgerError):
+    """The managed ledger or cursor was closed."""
+
+    server_error = "ServiceNotReady"
+
+
+class ManagedLedgerNotFoundError(ManagedLedgerError):
+    """No managed ledger by that name (and creating one was not asked for)."""
+
+    server_error = "TopicNotFound"
+
+
+class CursorNotFoundError(ManagedLedgerError):
+    """No cursor (subscription) by that name."""
+
+    server_error = "SubscriptionNotFound"
+
+
+class InvalidCursorPositionError(ManagedLedgerError):
+    """A position the managed ledger does not hold (an ack or reset beyond its end)."""
+
+    server_error = "NotAllowedError"
+
+
 class ConfigError(StripeMQError):
     """A configuration file or option is invalid."""

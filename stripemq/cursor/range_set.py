@@ -164,7 +164,10 @@ class RangeSet:
 
     def remove_at_most(self, position: Position) -> None:
         """Drop every position ``<= position`` (the cursor's mark-delete moved there)."""
-        bound = position_key(position) + 1
+        if position.entry_id < 0:  # "before the first entry of the ledger"
+            bound = position.ledger_id << ENTRY_BITS
+        else:
+            bound = position_key(position) + 1
         if self._starts and self._starts[0] < bound:
             self.remove_key_range(self._starts[0], bound)
 
