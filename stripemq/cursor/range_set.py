@@ -80,6 +80,13 @@ class RangeSet:
         """The ranges as integer keys, lowest first."""
         return zip(self._starts, self._ends, strict=True)
 
+    def key_ranges_overlapping(self, low: int, high: int) -> Iterator[tuple[int, int]]:
+        """The ranges (whole, not clipped) that share a key with ``[low, high)``."""
+        first = max(self._starts.bisect_right(low) - 1, 0)
+        for i in range(first, self._starts.bisect_left(high)):
+            if self._ends[i] > low:
+                yield self._starts[i], self._ends[i]
+
     def positions(self) -> Iterator[Position]:
         """Every position, lowest first (beware: may be many)."""
         for start, end in self.key_ranges():
@@ -184,16 +191,23 @@ class RangeSet:
 
     @classmethod
     def from_key_ranges(cls, ranges: Iterable[tuple[int, int]]) -> RangeSet:
-        """Build from ranges in any order (overlapping or touching ones merge)."""
-        ranges = list(ranges)
+        """Build from ranges in any order; overlapping or touching ones of a ledger merge."""
+        starts: list[int] = []
+        ends: list[int] = []
+        for start, end in sorted(ranges):
+            if end <= start:
+                continue
+            if start >> ENTRY_BITS != (end - 1) >> ENTRY_BITS:
+                raise ValueError("a range must not span ledgers")
+            if ends and start <= ends[-1] and start >> ENTRY_BITS == starts[-1] >> ENTRY_BITS:
+                ends[-1] = max(ends[-1], end)
+            else:
+                starts.append(start)
+                ends.append(end)
         result = cls()
-        if _sorted_and_separate(ranges):
-            result._starts = SortedList(start for start, _ in ranges)
-            result._ends = SortedList(end for _, end in ranges)
-            result._count = sum(end - start for start, end in ranges)
-            return result
-        for start, end in ranges:
-            result.add_key_range(start, end)
+        result._starts = SortedList(starts)
+        result._ends = SortedList(ends)
+        result._count = sum(e - s for s, e in zip(starts, ends, strict=True))
         return result
 
     def encode(self) -> bytes:
@@ -202,18 +216,6 @@ class RangeSet:
     @classmethod
     def decode(cls, raw: bytes) -> RangeSet:
         return cls.from_key_ranges(decode_key_ranges(raw))
-
-
-def _sorted_and_separate(ranges: list[tuple[int, int]]) -> bool:
-    """Whether the ranges are already what a RangeSet holds: ordered, non-empty, unmerged."""
-    previous_end = -1
-    for start, end in ranges:
-        if not start < end or start <= previous_end:
-            return False
-        if start >> ENTRY_BITS != (end - 1) >> ENTRY_BITS:
-            return False
-        previous_end = end
-    return True
 
 
 # ---------------------------------------------------------------------------- codec
@@ -233,26 +235,34 @@ def encode_key_ranges(ranges: Iterable[tuple[int, int]]) -> bytes:
             gap = start_entry - cursor
         else:
             gap = start_entry
-        _put_varint(body, start_ledger - ledger if count else start_ledger)
-        _put_varint(body, gap)
-        _put_varint(body, end - start)
+        put_varint(body, start_ledger - ledger if count else start_ledger)
+        put_varint(body, gap)
+        put_varint(body, end - start)
         ledger, cursor = start_ledger, start_entry + (end - start)
         count += 1
     head = bytearray()
-    _put_varint(head, count)
+    put_varint(head, count)
     return bytes(head + body)
 
 
 def decode_key_ranges(raw: bytes) -> list[tuple[int, int]]:
     """The ranges of ``encode_key_ranges``; ``ValueError`` if ``raw`` is not such a list."""
     view = memoryview(raw)
-    count, offset = _get_varint(view, 0)
+    ranges, offset = read_key_ranges(view, 0)
+    if offset != len(view):
+        raise ValueError(f"{len(view) - offset} stray bytes after {len(ranges)} encoded ranges")
+    return ranges
+
+
+def read_key_ranges(view: memoryview, offset: int) -> tuple[list[tuple[int, int]], int]:
+    """Encoded ranges starting at ``offset``, and the offset just after them."""
+    count, offset = get_varint(view, offset)
     ranges: list[tuple[int, int]] = []
     ledger, cursor = 0, 0
     for i in range(count):
-        ledger_step, offset = _get_varint(view, offset)
-        gap, offset = _get_varint(view, offset)
-        length, offset = _get_varint(view, offset)
+        ledger_step, offset = get_varint(view, offset)
+        gap, offset = get_varint(view, offset)
+        length, offset = get_varint(view, offset)
         if length == 0 or (i and ledger_step == 0 and gap == 0):
             raise ValueError("encoded ranges are empty or not merged")
         ledger = ledger + ledger_step if i else ledger_step
@@ -262,12 +272,10 @@ def decode_key_ranges(raw: bytes) -> list[tuple[int, int]]:
         start = (ledger << ENTRY_BITS) | entry
         ranges.append((start, start + length))
         cursor = entry + length
-    if offset != len(view):
-        raise ValueError(f"{len(view) - offset} stray bytes after {count} encoded ranges")
-    return ranges
+    return ranges, offset
 
 
-def _put_varint(out: bytearray, value: int) -> None:
+def put_varint(out: bytearray, value: int) -> None:
     if value < 0:
         raise ValueError("varints are unsigned")
     while value >= 0x80:
@@ -276,7 +284,7 @@ def _put_varint(out: bytearray, value: int) -> None:
     out.append(value)
 
 
-def _get_varint(view: memoryview, offset: int) -> tuple[int, int]:
+def get_varint(view: memoryview, offset: int) -> tuple[int, int]:
     value = shift = 0
     while True:
         if offset >= len(view):

@@ -141,3 +141,15 @@ def test_position_parsing_and_order() -> None:
         Position.parse("12")
     with pytest.raises(ValueError):
         Position(1, -2)
+
+
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 30), st.integers(0, 6))))
+def test_building_from_ranges_in_any_order_equals_adding_them(
+    spans: list[tuple[int, int, int]],
+) -> None:
+    keys = [((ledger << 64) + e, (ledger << 64) + e + n) for ledger, e, n in spans]
+    one_by_one = RangeSet()
+    for start, end in keys:
+        one_by_one.add_key_range(start, end)
+    built = RangeSet.from_key_ranges(reversed(keys))
+    assert built == one_by_one and built.count == one_by_one.count
