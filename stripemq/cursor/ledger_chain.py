@@ -24,14 +24,17 @@ class LedgerInfo:
     size: int = 0
     created_ms: int = 0
     closed: bool = False
+    closed_ms: int = 0
 
     def to_json(self) -> dict[str, int | bool]:
+        """The ledger's record in the managed ledger's metadata node."""
         return {
             "ledger_id": self.ledger_id,
             "entries": self.entries,
             "size": self.size,
             "created_ms": self.created_ms,
             "closed": self.closed,
+            "closed_ms": self.closed_ms,
         }
 
     @classmethod
@@ -42,6 +45,7 @@ class LedgerInfo:
             size=int(raw.get("size", 0)),
             created_ms=int(raw.get("created_ms", 0)),
             closed=bool(raw.get("closed", False)),
+            closed_ms=int(raw.get("closed_ms", 0)),
         )
 
 
@@ -59,6 +63,11 @@ class LedgerChain:
         if self._ledgers and info.ledger_id <= self._ledgers.keys()[-1]:
             raise ValueError(f"ledger {info.ledger_id} is not after the last of the chain")
         self._ledgers[info.ledger_id] = info
+
+    def put_back(self, infos: Iterable[LedgerInfo]) -> None:
+        """Re-insert ledgers removed a moment ago (a trim whose metadata write failed)."""
+        for info in infos:
+            self._ledgers[info.ledger_id] = info
 
     def remove(self, ledger_id: int) -> LedgerInfo:
         return self._ledgers.pop(ledger_id)

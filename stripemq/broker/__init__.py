@@ -1,0 +1,1 @@
+"""The broker: topics as managed ledgers, subscriptions as cursors, the Pulsar protocol."""

@@ -1,0 +1,668 @@
+"""A topic's storage: a chain of ledgers in the metadata store, and its cursors.
+
+Appends go to the current ledger, which rolls over by entries, size or age; reads span
+ledgers and are served from a bounded cache when they tail; ledgers every cursor has passed
+are deleted once outside retention. Opening a managed ledger recovers (and so fences) the
+previous owner's last ledger, then starts a new one: from then on the previous owner's
+appends fail with ``ManagedLedgerFencedError``.
+
+Metadata: ``/stripemq/managed-ledgers/<name>`` holds the ledger list (JSON); each cursor is
+a child node of it (see ``ManagedCursor``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from urllib.parse import quote, unquote
+
+from stripemq.bookie.client import BookKeeper
+from stripemq.bookie.client.ledger_handle import LedgerHandle
+from stripemq.bookie.client.reader import ReadHandle
+from stripemq.broker.entry_cache import EntryCache
+from stripemq.broker.managed_ledger_config import ManagedLedgerConfig
+from stripemq.cursor.ledger_chain import LedgerChain, LedgerInfo
+from stripemq.cursor.managed_cursor import CursorStats, ManagedCursor, now_ms
+from stripemq.cursor.position import Position
+from stripemq.errors import (
+    BadVersionError,
+    BookieError,
+    CursorNotFoundError,
+    LedgerFencedError,
+    ManagedLedgerClosedError,
+    ManagedLedgerError,
+    ManagedLedgerFencedError,
+    ManagedLedgerNotFoundError,
+    MetadataError,
+    NodeExistsError,
+    NoSuchLedgerError,
+)
+from stripemq.metadata import MetadataStore
+
+log = logging.getLogger(__name__)
+
+ROOT = "/stripemq/managed-ledgers"
+HOUSEKEEPING_INTERVAL_S = 5.0
+
+
+class InitialPosition(enum.Enum):
+    """Where a new cursor starts: after the last entry, or at the first one kept."""
+
+    LATEST = "latest"
+    EARLIEST = "earliest"
+
+
+@dataclass(frozen=True)
+class Entry:
+    position: Position
+    data: bytes
+
+
+@dataclass
+class ManagedLedgerStats:
+    """What the admin API shows of a topic's storage."""
+
+    name: str
+    entries: int
+    size: int
+    ledgers: list[dict[str, int | bool]]
+    current_ledger: int
+    last_confirmed_entry: str
+    entries_added: int
+    cache_size: int
+    cache_hits: int
+    cache_misses: int
+    cursors: dict[str, CursorStats] = field(default_factory=dict)
+
+
+def managed_ledger_path(name: str) -> str:
+    """The metadata node of a managed ledger named like ``tenant/ns/persistent/topic``."""
+    parts = name.split("/")
+    if not name or any(p in ("", ".", "..") for p in parts):
+        raise ManagedLedgerError(f"invalid managed ledger name {name!r}")
+    return f"{ROOT}/" + "/".join(quote(p, safe="-_.") for p in parts)
+
+
+def _encode_info(chain: LedgerChain, properties: dict[str, str]) -> bytes:
+    return json.dumps(
+        {"ledgers": [info.to_json() for info in chain], "properties": properties},
+        separators=(",", ":"),
+    ).encode()
+
+
+def _decode_info(raw: bytes, name: str) -> tuple[LedgerChain, dict[str, str]]:
+    try:
+        doc = json.loads(raw) if raw else {}
+        chain = LedgerChain(LedgerInfo.from_json(item) for item in doc.get("ledgers", []))
+        return chain, {str(k): str(v) for k, v in doc.get("properties", {}).items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ManagedLedgerError(
+            f"metadata of managed ledger {name} is unreadable: {exc}"
+        ) from None
+
+
+class ManagedLedgerFactory:
+    """Opens managed ledgers on one metadata store and ledger client (neither owned)."""
+
+    def __init__(
+        self, store: MetadataStore, bk: BookKeeper, config: ManagedLedgerConfig | None = None
+    ) -> None:
+        self.store = store
+        self.bk = bk
+        self.config = config or ManagedLedgerConfig()
+        self.config.validate()
+        self.ledgers: dict[str, ManagedLedger] = {}
+
+    async def open(self, name: str, *, create: bool = True) -> ManagedLedger:
+        """Open (taking it over from any previous owner), creating it if asked."""
+        existing = self.ledgers.get(name)
+        if existing is not None and not existing.closed:
+            return existing
+        ml = ManagedLedger(name, self.store, self.bk, self.config)
+        await ml.open(create=create)
+        self.ledgers[name] = ml
+        ml.on_close = lambda: self.ledgers.pop(name, None)
+        return ml
+
+    async def exists(self, name: str) -> bool:
+        return await self.store.exists(managed_ledger_path(name)) is not None
+
+    async def delete(self, name: str) -> None:
+        """Delete a managed ledger, its cursors and all their ledgers."""
+        ml = await self.open(name, create=False)
+        await ml.delete()
+
+    async def close(self) -> None:
+        for ml in list(self.ledgers.values()):
+            await ml.close()
+
+
+class ManagedLedger:
+    """One topic's ledgers and cursors, owned by this process while open."""
+
+    def __init__(
+        self, name: str, store: MetadataStore, bk: BookKeeper, config: ManagedLedgerConfig
+    ) -> None:
+        self.name = name
+        self.path = managed_ledger_path(name)
+        self.store = store
+        self.bk = bk
+        self.config = config
+        self.chain = LedgerChain()
+        self.properties: dict[str, str] = {}
+        self.cursors: dict[str, ManagedCursor] = {}
+        self.cache = EntryCache(config.cache_size_bytes)
+        self.entries_added = 0
+        self.closed = False
+        self.fenced = False
+        self.on_close: Callable[[], object] | None = None
+        self._version = -1
+        self._handle: LedgerHandle | None = None
+        self._handle_failed = False
+        self._pushed_bytes = 0  # handed to the current ledger
+        self._ledger_created = time.monotonic()
+        self._rolling: asyncio.Future[None] | None = None
+        self._readers: dict[int, ReadHandle] = {}
+        self._waiters: list[asyncio.Future[None]] = []
+        self._trim_lock = asyncio.Lock()
+        self._trim_task: asyncio.Task[list[int]] | None = None
+        self._housekeeping: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ opening
+
+    async def open(self, *, create: bool) -> None:
+        found = await self.store.get(self.path)
+        if found is None:
+            if not create:
+                raise ManagedLedgerNotFoundError(f"managed ledger {self.name} does not exist")
+            try:
+                await self.store.create(self.path, _encode_info(LedgerChain(), {}))
+            except NodeExistsError:
+                pass
+            found = await self.store.get(self.path)
+            assert found is not None
+        raw, stat = found
+        self._version = stat.version
+        self.chain, self.properties = _decode_info(raw, self.name)
+        empty = await self._recover_ledgers()
+        handle = await self._new_ledger()
+        self.chain.add(LedgerInfo(handle.ledger_id, created_ms=now_ms()))
+        try:
+            await self._write_info()
+        except BaseException:
+            await _discard(self.bk, handle)
+            raise
+        self._handle = handle
+        self._ledger_created = time.monotonic()
+        for ledger_id in empty:  # dropped from the list just now
+            await self._delete_ledger_quietly(ledger_id)
+        for child in await self.store.children(self.path):
+            name = unquote(child)
+            self.cursors[name] = await ManagedCursor.recover(
+                name=name,
+                path=f"{self.path}/{child}",
+                store=self.store,
+                bk=self.bk,
+                chain=self.chain,
+                config=self.config.cursor,
+                **self._cursor_options(),
+            )
+        self._housekeeping = asyncio.ensure_future(self._housekeep())
+        log.info(
+            "opened managed ledger %s: %d ledgers, %d entries, %d cursors, writing ledger %d",
+            self.name,
+            len(self.chain),
+            self.chain.entries,
+            len(self.cursors),
+            handle.ledger_id,
+        )
+
+    async def _recover_ledgers(self) -> list[int]:
+        """Close the ledgers a previous owner left open (fencing it); returns empty ones."""
+        empty: list[int] = []
+        for info in list(self.chain):
+            if not info.closed:
+                try:
+                    reader = await self.bk.open_ledger(
+                        info.ledger_id, password=self.config.password, recovery=True
+                    )
+                except NoSuchLedgerError:
+                    if info.entries:
+                        raise ManagedLedgerError(
+                            f"ledger {info.ledger_id} of {self.name} is missing"
+                        ) from None
+                    self.chain.remove(info.ledger_id)  # created, never written, then lost
+                    continue
+                except BookieError as exc:
+                    raise ManagedLedgerError(
+                        f"cannot recover ledger {info.ledger_id} of {self.name}: {exc}"
+                    ) from exc
+                info.entries = reader.last_add_confirmed + 1
+                info.size = reader.length
+                info.closed = True
+                info.closed_ms = now_ms()
+                await reader.close()
+            if info.entries == 0:
+                self.chain.remove(info.ledger_id)
+                empty.append(info.ledger_id)
+        return empty
+
+    async def _new_ledger(self) -> LedgerHandle:
+        try:
+            return await self.bk.create_ledger(
+                self.config.ensemble_size,
+                self.config.write_quorum_size,
+                self.config.ack_quorum_size,
+                password=self.config.password,
+                custom_metadata={"component": "managed-ledger", "managed-ledger": self.name},
+            )
+        except BookieError as exc:
+            raise ManagedLedgerError(f"cannot create a ledger for {self.name}: {exc}") from exc
+
+    async def _write_info(self) -> None:
+        try:
+            stat = await self.store.put(
+                self.path, _encode_info(self.chain, self.properties), self._version
+            )
+        except BadVersionError:
+            self._mark_fenced()
+            raise ManagedLedgerFencedError(
+                f"managed ledger {self.name} was taken over by another owner"
+            ) from None
+        self._version = stat.version
+
+    def _cursor_options(self) -> dict[str, object]:
+        return {
+            "managed_ledger_name": self.name,
+            "password": self.config.password,
+            "on_mark_delete": self._cursor_moved,
+        }
+
+    # ------------------------------------------------------------------ appending
+
+    @property
+    def current_ledger_id(self) -> int:
+        return self._handle.ledger_id if self._handle is not None else -1
+
+    @property
+    def last_confirmed(self) -> Position:
+        return self.chain.last_confirmed()
+
+    async def add_entry(self, data: bytes) -> Position:
+        """Append an entry; its position once ``Qa`` bookies hold it."""
+        self._check_writable()
+        if len(data) > self.config.max_entry_bytes:
+            raise ManagedLedgerError(
+                f"entry of {len(data)} bytes exceeds {self.config.max_entry_bytes}"
+            )
+        while self._rolling is not None or self._needs_new_ledger():
+            if self._rolling is None:
+                self._rolling = asyncio.ensure_future(self._rollover())
+            await asyncio.shield(self._rolling)
+            self._check_writable()
+        handle = self._handle
+        assert handle is not None
+        info = self.chain.get(handle.ledger_id)
+        assert info is not None
+        future = handle.add_entry_async(data)
+        self._pushed_bytes += len(data)
+        try:
+            entry_id = await future
+        except LedgerFencedError:
+            self._mark_fenced()
+            raise ManagedLedgerFencedError(
+                f"managed ledger {self.name} was taken over by another owner"
+            ) from None
+        except BookieError as exc:
+            if handle is self._handle:
+                self._handle_failed = True  # the next append rolls over to a new ledger
+            raise ManagedLedgerError(f"append to {self.name} failed: {exc}") from exc
+        position = Position(handle.ledger_id, entry_id)
+        info.entries = max(info.entries, entry_id + 1)
+        info.size += len(data)
+        self.entries_added += 1
+        self.cache.put(position, data)
+        self._wake_waiters()
+        return position
+
+    def _needs_new_ledger(self) -> bool:
+        """No usable current ledger, or it is full: counted in entries handed to it, so a
+        burst of pipelined appends rolls over on time too."""
+        handle = self._handle
+        if handle is None or self._handle_failed:
+            return True
+        pushed = handle.last_add_pushed + 1
+        age = time.monotonic() - self._ledger_created
+        full = (
+            pushed >= self.config.max_entries_per_ledger
+            or self._pushed_bytes >= self.config.max_size_per_ledger_bytes
+            or (pushed > 0 and age >= self.config.max_rollover_time_s)
+        )
+        return full and age >= self.config.min_rollover_time_s
+
+    async def _rollover(self) -> None:
+        """Close the current ledger and continue in a new one (adds wait meanwhile)."""
+        try:
+            old = self._handle
+            if old is not None:
+                info = self.chain.get(old.ledger_id)
+                assert info is not None
+                try:
+                    await old.close()
+                except (LedgerFencedError, ManagedLedgerFencedError):
+                    self._mark_fenced()
+                    raise ManagedLedgerFencedError(f"{self.name} was taken over") from None
+                except (BookieError, MetadataError) as exc:
+                    # Its entries are safe on the bookies; whoever opens it next recovers it.
+                    log.warning("closing ledger %d of %s failed: %s", old.ledger_id, self.name, exc)
+                info.entries = max(info.entries, old.last_add_confirmed + 1)
+                info.closed = True
+                info.closed_ms = now_ms()
+            handle = await self._new_ledger()
+            self.chain.add(LedgerInfo(handle.ledger_id, created_ms=now_ms()))
+            try:
+                await self._write_info()
+            except BaseException:
+                self.chain.remove(handle.ledger_id)
+                await _discard(self.bk, handle)
+                raise
+            if old is not None:
+                self._readers.pop(old.ledger_id, None)
+            self._handle = handle
+            self._handle_failed = False
+            self._pushed_bytes = 0
+            self._ledger_created = time.monotonic()
+            log.info("managed ledger %s rolled over to ledger %d", self.name, handle.ledger_id)
+        except MetadataError as exc:
+            raise ManagedLedgerError(f"rollover of {self.name} failed: {exc}") from exc
+        finally:
+            self._rolling = None
+        self._schedule_trim()
+
+    # ------------------------------------------------------------------ reading
+
+    async def read_entries(self, start: Position, max_entries: int) -> list[Entry]:
+        """Up to ``max_entries`` confirmed entries from ``start`` on (across ledgers)."""
+        self._check_open()
+        out: list[Entry] = []
+        position = start
+        if not self.chain.exists(position):
+            position = self.chain.next_valid(Position(start.ledger_id, start.entry_id - 1))
+        while len(out) < max_entries and self.chain.exists(position):
+            info = self.chain.get(position.ledger_id)
+            assert info is not None
+            last = min(info.entries - 1, position.entry_id + max_entries - len(out) - 1)
+            out.extend(await self._read_in_ledger(position.ledger_id, position.entry_id, last))
+            position = self.chain.next_valid(Position(position.ledger_id, last))
+        return out
+
+    async def _read_in_ledger(self, ledger_id: int, first: int, last: int) -> list[Entry]:
+        found: dict[int, bytes] = {}
+        missing: list[int] = []
+        for entry_id in range(first, last + 1):
+            data = self.cache.get(Position(ledger_id, entry_id))
+            if data is None:
+                missing.append(entry_id)
+            else:
+                found[entry_id] = data
+        if missing:
+            handle = await self._reader(ledger_id)
+            lo = missing[0]
+            hi = missing[-1]
+            try:
+                for entry in await handle.read_entries(lo, hi):
+                    found.setdefault(entry.entry_id, entry.data)
+            except BookieError as exc:
+                raise ManagedLedgerError(
+                    f"reading {ledger_id}:{lo}..{hi} of {self.name} failed: {exc}"
+                ) from exc
+        return [Entry(Position(ledger_id, e), found[e]) for e in range(first, last + 1)]
+
+    async def _reader(self, ledger_id: int) -> ReadHandle:
+        if self._handle is not None and ledger_id == self._handle.ledger_id:
+            return self._handle
+        reader = self._readers.get(ledger_id)
+        if reader is None:
+            try:
+                reader = await self.bk.open_ledger(
+                    ledger_id, password=self.config.password, recovery=False
+                )
+            except BookieError as exc:
+                raise ManagedLedgerError(f"cannot open ledger {ledger_id}: {exc}") from exc
+            self._readers[ledger_id] = reader
+        return reader
+
+    async def wait_for_entries(self, after: Position, timeout_s: float | None = None) -> bool:
+        """Wait until an entry after ``after`` is confirmed; ``False`` on timeout."""
+        while not self.chain.exists(self.chain.next_valid(after)):
+            self._check_open()
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await asyncio.wait_for(waiter, timeout_s)
+            except TimeoutError:
+                return False
+        return True
+
+    def _wake_waiters(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    # ------------------------------------------------------------------ cursors
+
+    async def open_cursor(
+        self, name: str, initial_position: InitialPosition = InitialPosition.LATEST
+    ) -> ManagedCursor:
+        """The cursor called ``name``, created at ``initial_position`` if new."""
+        self._check_writable()
+        cursor = self.cursors.get(name)
+        if cursor is not None:
+            return cursor
+        if not name:
+            raise ManagedLedgerError("a cursor needs a name")
+        path = f"{self.path}/{quote(name, safe='')}"
+        if initial_position is InitialPosition.LATEST:
+            mark_delete = self.chain.last_confirmed()
+        else:
+            first = self.chain.first_position()
+            mark_delete = Position(first.ledger_id, first.entry_id - 1)
+        cursor = await ManagedCursor.create(
+            name=name,
+            path=path,
+            store=self.store,
+            bk=self.bk,
+            chain=self.chain,
+            config=self.config.cursor,
+            mark_delete=mark_delete,
+            **self._cursor_options(),
+        )
+        self.cursors[name] = cursor
+        return cursor
+
+    async def delete_cursor(self, name: str) -> None:
+        cursor = self.cursors.pop(name, None)
+        if cursor is None:
+            raise CursorNotFoundError(f"cursor {name} does not exist on {self.name}")
+        await cursor.delete()
+        self._schedule_trim()
+
+    def _cursor_moved(self, cursor: ManagedCursor) -> None:
+        self._schedule_trim()
+
+    # ------------------------------------------------------------------ trimming
+
+    def _schedule_trim(self) -> None:
+        if self._trim_task is None and not self.closed:
+            self._trim_task = asyncio.ensure_future(self._trim_in_background())
+
+    async def _trim_in_background(self) -> None:
+        try:
+            await self.trim()
+        except ManagedLedgerError as exc:
+            log.warning("trimming %s failed: %s", self.name, exc)
+        finally:
+            self._trim_task = None
+
+    async def trim(self) -> list[int]:
+        """Delete ledgers every cursor has passed that retention does not keep."""
+        async with self._trim_lock:
+            if self.closed or self.fenced:
+                return []
+            doomed = self._ledgers_to_trim()
+            if not doomed:
+                return []
+            for info in doomed:
+                self.chain.remove(info.ledger_id)
+            try:
+                await self._write_info()
+            except BaseException:
+                self.chain.put_back(doomed)
+                raise
+            for info in doomed:
+                self.cache.invalidate_ledger(info.ledger_id)
+                self._readers.pop(info.ledger_id, None)
+                await self._delete_ledger_quietly(info.ledger_id)
+            ids = [info.ledger_id for info in doomed]
+            log.info("trimmed ledgers %s of %s", ids, self.name)
+            return ids
+
+    def _ledgers_to_trim(self) -> list[LedgerInfo]:
+        config = self.config
+        if config.retention_time_s < 0 and config.retention_size_bytes < 0:
+            return []
+        if self.cursors:
+            slowest = min(c.mark_delete_position for c in self.cursors.values())
+        else:
+            slowest = self.chain.last_confirmed()
+        now = now_ms()
+        remaining = self.chain.size
+        doomed: list[LedgerInfo] = []
+        for info in self.chain:
+            if info.ledger_id == self.current_ledger_id or not info.closed:
+                break
+            consumed = info.ledger_id < slowest.ledger_id or (
+                info.ledger_id == slowest.ledger_id and slowest.entry_id >= info.entries - 1
+            )
+            if not consumed:
+                break
+            expired = (
+                config.retention_time_s >= 0
+                and now - info.closed_ms >= config.retention_time_s * 1000
+            )
+            over_quota = (
+                config.retention_size_bytes >= 0 and remaining > config.retention_size_bytes
+            )
+            if not (expired or over_quota):
+                break
+            doomed.append(info)
+            remaining -= info.size
+        return doomed
+
+    async def _delete_ledger_quietly(self, ledger_id: int) -> None:
+        try:
+            await self.bk.delete_ledger(ledger_id)
+        except NoSuchLedgerError:
+            pass
+        except (BookieError, MetadataError) as exc:
+            log.warning("ledger %d of %s stays as garbage: %s", ledger_id, self.name, exc)
+
+    async def _housekeep(self) -> None:
+        """Roll over an idle ledger that got too old, and trim, every few seconds."""
+        while not self.closed and not self.fenced:
+            await asyncio.sleep(HOUSEKEEPING_INTERVAL_S)
+            try:
+                if self._rolling is None and self._handle is not None and self._needs_new_ledger():
+                    self._rolling = asyncio.ensure_future(self._rollover())
+                    await asyncio.shield(self._rolling)
+                await self.trim()
+            except ManagedLedgerFencedError:
+                return
+            except ManagedLedgerError as exc:
+                log.warning("housekeeping of %s: %s", self.name, exc)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def stats(self) -> ManagedLedgerStats:
+        return ManagedLedgerStats(
+            name=self.name,
+            entries=self.chain.entries,
+            size=self.chain.size,
+            ledgers=[info.to_json() for info in self.chain],
+            current_ledger=self.current_ledger_id,
+            last_confirmed_entry=str(self.chain.last_confirmed()),
+            entries_added=self.entries_added,
+            cache_size=self.cache.size,
+            cache_hits=self.cache.hits,
+            cache_misses=self.cache.misses,
+            cursors={name: c.stats() for name, c in self.cursors.items()},
+        )
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ManagedLedgerClosedError(f"managed ledger {self.name} is closed")
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self.fenced:
+            raise ManagedLedgerFencedError(f"managed ledger {self.name} belongs to another owner")
+
+    def _mark_fenced(self) -> None:
+        if not self.fenced:
+            log.warning("managed ledger %s was fenced: another owner took it over", self.name)
+        self.fenced = True
+        self._wake_waiters()
+
+    async def close(self) -> None:
+        """Persist the cursors and seal the current ledger."""
+        if self.closed:
+            return
+        for task in (self._housekeeping, self._trim_task):
+            if task is not None:
+                task.cancel()
+        if self._rolling is not None:
+            await asyncio.gather(self._rolling, return_exceptions=True)
+        for cursor in list(self.cursors.values()):
+            try:
+                await cursor.close()
+            except ManagedLedgerError as exc:
+                log.warning("closing cursor %s of %s: %s", cursor.name, self.name, exc)
+        self.closed = True
+        self._wake_waiters()
+        if self._handle is not None and not self.fenced:
+            try:
+                await self._handle.close()
+            except (BookieError, MetadataError) as exc:
+                log.warning(
+                    "sealing ledger %d of %s failed: %s", self.current_ledger_id, self.name, exc
+                )
+        self._readers.clear()
+        self.cache.clear()
+        if self.on_close is not None:
+            self.on_close()
+
+    async def delete(self) -> None:
+        """Delete the cursors, every ledger and the metadata."""
+        for name in list(self.cursors):
+            await self.delete_cursor(name)
+        await self.close()
+        for info in list(self.chain):
+            await self._delete_ledger_quietly(info.ledger_id)
+        await self.store.delete_recursive(self.path)
+
+
+async def _discard(bk: BookKeeper, handle: LedgerHandle) -> None:
+    try:
+        await handle.close()
+    except (BookieError, MetadataError):
+        pass
+    try:
+        await bk.delete_ledger(handle.ledger_id)
+    except (BookieError, MetadataError):
+        pass

@@ -1,0 +1,584 @@
+"""A durable cursor: ``CursorState`` persisted to its own ledger and the metadata store.
+
+Acknowledgements change the state at once; snapshots follow in the background, throttled
+by time and by the number of acknowledgements not yet persisted (``CursorConfig``). The
+metadata node holds only the cursor ledger's id and the mark-delete position (and, when
+the ledger cannot be written, a bounded number of hole ranges). After a crash the cursor
+comes back as of its last complete snapshot: every unacknowledged entry is delivered
+again, and at most the acknowledgements made after that snapshot are delivered twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from stripemq.bookie.client import BookKeeper
+from stripemq.bookie.client.ledger_handle import LedgerHandle
+from stripemq.cursor.config import CursorConfig
+from stripemq.cursor.ledger_chain import LedgerChain
+from stripemq.cursor.position import Position
+from stripemq.cursor.range_set import RangeSet
+from stripemq.cursor.snapshot import (
+    SnapshotFormatError,
+    SnapshotPlan,
+    chunk_entry_ids,
+    decode_marker,
+    is_marker,
+    plan_snapshot,
+    restore_state,
+)
+from stripemq.cursor.state import BatchAck, CursorState
+from stripemq.errors import (
+    BadVersionError,
+    BookieError,
+    CursorNotFoundError,
+    ManagedLedgerClosedError,
+    ManagedLedgerError,
+    ManagedLedgerFencedError,
+    MetadataError,
+    NoSuchLedgerError,
+)
+from stripemq.metadata import MetadataStore
+
+log = logging.getLogger(__name__)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class CursorInfo:
+    """The cursor's metadata node (JSON)."""
+
+    mark_delete: Position
+    cursor_ledger: int = -1
+    properties: dict[str, int] = field(default_factory=dict)
+    # Only when the cursor ledger could not be written: holes as integer key ranges.
+    ranges: list[tuple[int, int]] = field(default_factory=list)
+    last_active_ms: int = 0
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "mark_delete": str(self.mark_delete),
+                "cursor_ledger": self.cursor_ledger,
+                "properties": self.properties,
+                "ranges": [list(r) for r in self.ranges],
+                "last_active_ms": self.last_active_ms,
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> CursorInfo:
+        try:
+            doc = json.loads(raw)
+            return cls(
+                mark_delete=Position.parse(doc["mark_delete"]),
+                cursor_ledger=int(doc.get("cursor_ledger", -1)),
+                properties={str(k): int(v) for k, v in doc.get("properties", {}).items()},
+                ranges=[(int(s), int(e)) for s, e in doc.get("ranges", [])],
+                last_active_ms=int(doc.get("last_active_ms", 0)),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ManagedLedgerError(f"cursor metadata is not readable: {exc}") from None
+
+
+@dataclass
+class CursorStats:
+    """What the admin API shows of a cursor."""
+
+    name: str
+    mark_delete_position: str
+    read_position: str
+    backlog: int
+    individually_deleted_ranges: int
+    individually_deleted_entries: int
+    partially_acked_batches: int
+    cursor_ledger: int
+    last_active_ms: int
+    properties: dict[str, int]
+    snapshots: int
+    last_snapshot_bytes: int
+    persisted_in_metadata: bool
+
+
+class ManagedCursor:
+    """One subscription's acknowledgements on a managed ledger, kept durable."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        path: str,
+        store: MetadataStore,
+        bk: BookKeeper,
+        state: CursorState,
+        info_version: int,
+        config: CursorConfig,
+        managed_ledger_name: str = "",
+        password: bytes = b"",
+        on_mark_delete: Callable[[ManagedCursor], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.path = path
+        self.store = store
+        self.bk = bk
+        self.state = state
+        self.config = config
+        self.managed_ledger_name = managed_ledger_name
+        self.password = password
+        self.last_active_ms = now_ms()
+        self.snapshots = 0
+        self.last_snapshot_bytes = 0
+        self._on_mark_delete = on_mark_delete
+        self._info_version = info_version
+        self._handle: LedgerHandle | None = None
+        self._cursor_ledger = -1  # the ledger the metadata node names
+        self._old_ledger = -1  # a recovered ledger to delete once a new one is in place
+        self._index: dict[int, int] | None = None
+        self._ledger_entries = 0
+        self._ledger_created = 0.0
+        self._needs_full = True  # the next snapshot starts a new cursor ledger
+        self._in_metadata = False
+        self._last_snapshot = time.monotonic()
+        self._flush_lock = asyncio.Lock()
+        self._timer: asyncio.TimerHandle | None = None
+        self._flush_task: asyncio.Task[None] | None = None
+        self._closed = False
+        self._fenced = False
+
+    # ------------------------------------------------------------------ opening
+
+    @classmethod
+    async def create(
+        cls,
+        *,
+        name: str,
+        path: str,
+        store: MetadataStore,
+        bk: BookKeeper,
+        chain: LedgerChain,
+        config: CursorConfig,
+        mark_delete: Position,
+        **options: object,
+    ) -> ManagedCursor:
+        """A new cursor whose first unacknowledged entry follows ``mark_delete``.
+
+        ``options``: ``managed_ledger_name``, ``password``, ``on_mark_delete``.
+        """
+        info = CursorInfo(mark_delete=mark_delete, last_active_ms=now_ms())
+        stat = await store.put(path, info.encode(), expected_version=-1)
+        state = CursorState(name, chain, mark_delete)
+        return cls(
+            name=name,
+            path=path,
+            store=store,
+            bk=bk,
+            state=state,
+            info_version=stat.version,
+            config=config,
+            **options,  # type: ignore[arg-type]
+        )
+
+    @classmethod
+    async def recover(
+        cls,
+        *,
+        name: str,
+        path: str,
+        store: MetadataStore,
+        bk: BookKeeper,
+        chain: LedgerChain,
+        config: CursorConfig,
+        **options: object,
+    ) -> ManagedCursor:
+        """Load a cursor as of its last complete snapshot (fencing any previous owner)."""
+        found = await store.get(path)
+        if found is None:
+            raise CursorNotFoundError(f"cursor {name} does not exist")
+        raw, stat = found
+        info = CursorInfo.decode(raw)
+        state = CursorState(name, chain, info.mark_delete, properties=dict(info.properties))
+        password = options.get("password", b"")
+        assert isinstance(password, bytes)
+        if info.cursor_ledger >= 0:
+            await _restore_from_ledger(state, info, bk, password)
+        else:
+            state.holes = RangeSet.from_key_ranges(info.ranges)
+            state.holes.remove_at_most(info.mark_delete)
+        state.rewind()
+        cursor = cls(
+            name=name,
+            path=path,
+            store=store,
+            bk=bk,
+            state=state,
+            info_version=stat.version,
+            config=config,
+            **options,  # type: ignore[arg-type]
+        )
+        cursor._cursor_ledger = info.cursor_ledger
+        cursor._old_ledger = info.cursor_ledger
+        cursor.last_active_ms = info.last_active_ms or now_ms()
+        log.info(
+            "recovered cursor %s at %s with %d holes (backlog %d)",
+            name,
+            state.mark_delete,
+            state.holes.count,
+            state.backlog,
+        )
+        return cursor
+
+    # ------------------------------------------------------------------ reading state
+
+    @property
+    def mark_delete_position(self) -> Position:
+        return self.state.mark_delete
+
+    @property
+    def read_position(self) -> Position:
+        return self.state.read_position
+
+    @property
+    def backlog(self) -> int:
+        return self.state.backlog
+
+    @property
+    def properties(self) -> dict[str, int]:
+        return self.state.properties
+
+    def is_acked(self, position: Position) -> bool:
+        return self.state.is_acked(position)
+
+    def stats(self) -> CursorStats:
+        return CursorStats(
+            name=self.name,
+            mark_delete_position=str(self.state.mark_delete),
+            read_position=str(self.state.read_position),
+            backlog=self.state.backlog,
+            individually_deleted_ranges=len(self.state.holes),
+            individually_deleted_entries=self.state.holes.count,
+            partially_acked_batches=len(self.state.batches),
+            cursor_ledger=self._cursor_ledger,
+            last_active_ms=self.last_active_ms,
+            properties=dict(self.state.properties),
+            snapshots=self.snapshots,
+            last_snapshot_bytes=self.last_snapshot_bytes,
+            persisted_in_metadata=self._in_metadata,
+        )
+
+    # ------------------------------------------------------------------ acknowledging
+
+    def ack(self, positions: Iterable[Position]) -> int:
+        """Acknowledge entries individually (persisted in the background)."""
+        self._check_open()
+        before = self.state.mark_delete
+        done = self.state.ack(positions)
+        self._changed(before)
+        return done
+
+    def ack_batch(self, position: Position, indexes: list[int], batch_size: int) -> bool:
+        self._check_open()
+        before = self.state.mark_delete
+        done = self.state.ack_batch(position, BatchAck(indexes, batch_size))
+        self._changed(before)
+        return done
+
+    def ack_cumulative(
+        self,
+        position: Position,
+        batch: BatchAck | None = None,
+        properties: dict[str, int] | None = None,
+    ) -> None:
+        self._check_open()
+        before = self.state.mark_delete
+        self.state.ack_cumulative(position, batch)
+        if properties is not None:
+            self.state.properties = dict(properties)
+        self._changed(before)
+
+    def reset(self, position: Position) -> None:
+        self._check_open()
+        before = self.state.mark_delete
+        self.state.reset(position)
+        self._changed(before)
+
+    def skip(self, count: int) -> int:
+        self._check_open()
+        before = self.state.mark_delete
+        skipped = self.state.skip(count)
+        self._changed(before)
+        return skipped
+
+    def set_properties(self, properties: dict[str, int]) -> None:
+        self._check_open()
+        self.state.properties = dict(properties)
+        self.state.acks_since_snapshot += 1
+        self._changed(self.state.mark_delete)
+
+    def _changed(self, mark_delete_before: Position) -> None:
+        self.last_active_ms = now_ms()
+        if self.state.acks_since_snapshot == 0:
+            return
+        if self.state.acks_since_snapshot >= self.config.snapshot_max_unpersisted_acks:
+            self._start_flush()
+        elif self._timer is None and self._flush_task is None:
+            elapsed_ms = (time.monotonic() - self._last_snapshot) * 1000
+            delay = max(0.0, (self.config.snapshot_interval_ms - elapsed_ms) / 1000)
+            self._timer = asyncio.get_running_loop().call_later(delay, self._start_flush)
+        if self.state.mark_delete != mark_delete_before and self._on_mark_delete is not None:
+            self._on_mark_delete(self)
+
+    def _start_flush(self) -> None:
+        self._timer = None
+        if self._flush_task is None and not self._closed:
+            self._flush_task = asyncio.ensure_future(self._background_flush())
+
+    async def _background_flush(self) -> None:
+        try:
+            await self.flush()
+        except ManagedLedgerFencedError:
+            log.warning("cursor %s was taken over by another owner", self.name)
+        except Exception:
+            log.exception("cursor %s: snapshot failed", self.name)
+        finally:
+            self._flush_task = None
+        if self.state.acks_since_snapshot and not self._closed and not self._fenced:
+            self._changed(self.state.mark_delete)  # acks arrived meanwhile
+
+    # ------------------------------------------------------------------ persistence
+
+    async def flush(self) -> None:
+        """Persist the current state now (if anything changed)."""
+        async with self._flush_lock:
+            if self._fenced:
+                raise ManagedLedgerFencedError(f"cursor {self.name} belongs to another owner")
+            if self.state.acks_since_snapshot == 0 and not self._needs_full:
+                return
+            try:
+                if self._needs_full or self._handle is None or self._should_roll():
+                    await self._switch_ledger()
+                else:
+                    assert self._index is not None
+                    await self._append(
+                        self._handle,
+                        plan_snapshot(
+                            self.state,
+                            self._index,
+                            max_chunk_bytes=self.config.snapshot_chunk_bytes,
+                        ),
+                    )
+            except ManagedLedgerFencedError:
+                self._fenced = True
+                raise
+            except (BookieError, MetadataError) as exc:
+                log.warning(
+                    "cursor %s: cannot write its ledger (%s); mark-delete position "
+                    "goes to the metadata store",
+                    self.name,
+                    exc,
+                )
+                self._needs_full = True
+                await self._persist_in_metadata()
+            self._last_snapshot = time.monotonic()
+
+    def _should_roll(self) -> bool:
+        return (
+            self._ledger_entries >= self.config.max_entries_per_ledger
+            or time.monotonic() - self._ledger_created >= self.config.rollover_time_s
+        )
+
+    async def _append(self, handle: LedgerHandle, plan: SnapshotPlan) -> None:
+        self._needs_full = True  # until the marker is in, the dirty set is lost
+        futures = [handle.add_entry_async(chunk) for chunk in plan.chunks]
+        ids = list(await asyncio.gather(*futures))
+        marker, index = plan.marker_for(ids)
+        await handle.add_entry(marker)
+        self._index = index
+        self._ledger_entries += len(ids) + 1
+        self._needs_full = False
+        self.snapshots += 1
+        self.last_snapshot_bytes = plan.bytes_written + len(marker)
+
+    async def _switch_ledger(self) -> None:
+        """Write a full snapshot to a new ledger, point the metadata at it, drop the old."""
+        handle = await self.bk.create_ledger(
+            self.config.ensemble_size,
+            self.config.write_quorum_size,
+            self.config.ack_quorum_size,
+            password=self.password,
+            custom_metadata={
+                "component": "managed-cursor",
+                "managed-ledger": self.managed_ledger_name,
+                "cursor": self.name,
+            },
+        )
+        try:
+            self._ledger_entries = 0
+            plan = plan_snapshot(self.state, None, max_chunk_bytes=self.config.snapshot_chunk_bytes)
+            await self._append(handle, plan)
+            info = CursorInfo(
+                mark_delete=plan.mark_delete,
+                cursor_ledger=handle.ledger_id,
+                properties=plan.properties,
+                last_active_ms=self.last_active_ms,
+            )
+            await self._write_info(info)
+        except BaseException:
+            self._needs_full = True
+            await _discard_ledger(self.bk, handle)
+            raise
+        previous, self._handle = self._handle, handle
+        self._cursor_ledger = handle.ledger_id
+        self._ledger_created = time.monotonic()
+        self._in_metadata = False
+        if previous is not None:
+            await _discard_ledger(self.bk, previous)
+        if self._old_ledger >= 0 and self._old_ledger != handle.ledger_id:
+            await _delete_quietly(self.bk, self._old_ledger)
+            self._old_ledger = -1
+
+    async def _persist_in_metadata(self) -> None:
+        """Fallback when the ledger fails: mark-delete and the first holes in the node."""
+        ranges = list(self._first_ranges(self.config.max_ranges_in_metadata))
+        info = CursorInfo(
+            mark_delete=self.state.mark_delete,
+            cursor_ledger=-1,
+            properties=dict(self.state.properties),
+            ranges=ranges,
+            last_active_ms=self.last_active_ms,
+        )
+        await self._write_info(info)
+        self.state.acks_since_snapshot = 0
+        self._in_metadata = True
+        if self._handle is not None:
+            await _discard_ledger(self.bk, self._handle)
+            self._handle = None
+        self._cursor_ledger = -1
+
+    def _first_ranges(self, limit: int) -> Iterable[tuple[int, int]]:
+        for i, key_range in enumerate(self.state.holes.key_ranges()):
+            if i >= limit:
+                return
+            yield key_range
+
+    async def _write_info(self, info: CursorInfo) -> None:
+        try:
+            stat = await self.store.put(self.path, info.encode(), self._info_version)
+        except BadVersionError:
+            self._fenced = True
+            raise ManagedLedgerFencedError(
+                f"cursor {self.name} was changed by another owner"
+            ) from None
+        self._info_version = stat.version
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ManagedLedgerClosedError(f"cursor {self.name} is closed")
+        if self._fenced:
+            raise ManagedLedgerFencedError(f"cursor {self.name} belongs to another owner")
+
+    async def close(self) -> None:
+        """Persist what is left and close the cursor ledger."""
+        if self._closed:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._flush_task is not None:
+            await asyncio.gather(self._flush_task, return_exceptions=True)
+        try:
+            if not self._fenced:
+                await self.flush()
+        finally:
+            self._closed = True
+            if self._handle is not None:
+                try:
+                    await self._handle.close()
+                except (BookieError, MetadataError) as exc:
+                    log.warning("cursor %s: closing its ledger failed: %s", self.name, exc)
+
+    async def delete(self) -> None:
+        """Remove the cursor: its node and its ledger."""
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._flush_task is not None:
+            self._flush_task.cancel()
+            await asyncio.gather(self._flush_task, return_exceptions=True)
+        async with self._flush_lock:
+            await self.store.delete(self.path)
+            if self._handle is not None:
+                await _discard_ledger(self.bk, self._handle)
+            for ledger_id in {self._cursor_ledger, self._old_ledger}:
+                if ledger_id >= 0:
+                    await _delete_quietly(self.bk, ledger_id)
+
+
+async def _restore_from_ledger(
+    state: CursorState, info: CursorInfo, bk: BookKeeper, password: bytes
+) -> None:
+    """State from the last complete marker of the cursor ledger, else from the node."""
+    try:
+        handle = await bk.open_ledger(info.cursor_ledger, password=password, recovery=True)
+    except NoSuchLedgerError:
+        log.error(
+            "cursor %s: ledger %d is gone; restarting from mark-delete %s (acknowledged "
+            "holes after it will be delivered again)",
+            state.name,
+            info.cursor_ledger,
+            info.mark_delete,
+        )
+        return
+    try:
+        last = handle.last_add_confirmed
+        for entry_id in range(last, -1, -1):
+            raw = (await handle.read_entry(entry_id)).data
+            if not is_marker(raw):
+                continue
+            try:
+                marker = decode_marker(raw)
+                chunks = {i: (await handle.read_entry(i)).data for i in chunk_entry_ids(marker)}
+                restore_state(state, marker, chunks)
+                return
+            except SnapshotFormatError as exc:
+                log.error(
+                    "cursor %s: snapshot at entry %d unreadable (%s); trying an older one",
+                    state.name,
+                    entry_id,
+                    exc,
+                )
+        log.info(
+            "cursor %s: no complete snapshot in ledger %d; using the metadata's mark-delete %s",
+            state.name,
+            info.cursor_ledger,
+            info.mark_delete,
+        )
+    finally:
+        await handle.close()
+
+
+async def _discard_ledger(bk: BookKeeper, handle: LedgerHandle) -> None:
+    try:
+        await handle.close()
+    except (BookieError, MetadataError):
+        pass
+    await _delete_quietly(bk, handle.ledger_id)
+
+
+async def _delete_quietly(bk: BookKeeper, ledger_id: int) -> None:
+    try:
+        await bk.delete_ledger(ledger_id)
+    except NoSuchLedgerError:
+        pass
+    except (BookieError, MetadataError) as exc:
+        log.warning("could not delete cursor ledger %d (it stays as garbage): %s", ledger_id, exc)
