@@ -7,6 +7,7 @@ yet" (Pulsar's ack set); the entry counts as acknowledged once every bit is clea
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 
 from bitarray import bitarray
@@ -32,6 +33,13 @@ class BatchAcks:
 
     def __iter__(self) -> Iterator[tuple[Position, bitarray]]:
         return iter(self._bits.items())
+
+    def memory_bytes(self) -> int:
+        """Bytes held (``sys.getsizeof`` of the map, its positions and bit arrays)."""
+        total = sys.getsizeof(self._bits)
+        for position, bits in self._bits.items():
+            total += sys.getsizeof(position) + sys.getsizeof(bits) + 16  # + two int fields
+        return total
 
     def get(self, position: Position) -> bitarray | None:
         """The entry's unacknowledged bits, or ``None`` if no message of it was acked alone."""

@@ -9,6 +9,7 @@ never span ledgers (the set does not know where a ledger ends).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Iterator
 
 from sortedcontainers import SortedList
@@ -92,6 +93,18 @@ class RangeSet:
         for start, end in self.key_ranges():
             for key in range(start, end):
                 yield key_position(key)
+
+    def memory_bytes(self) -> int:
+        """Bytes held by the set: its sorted lists, their internal index and every key
+        (``sys.getsizeof``, deep), so the figure can be reported without a memory tracer."""
+        total = sys.getsizeof(self)
+        for keys in (self._starts, self._ends):
+            total += sys.getsizeof(keys) + sum(map(sys.getsizeof, keys))
+            # SortedList keeps its keys in sublists, plus their maxima and a position index.
+            for part in (*getattr(keys, "_lists", ()), getattr(keys, "_maxes", ())):
+                total += sys.getsizeof(part)
+            total += sys.getsizeof(getattr(keys, "_index", ()))
+        return total
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RangeSet):

@@ -75,6 +75,10 @@ class CursorState:
         """Entries after the mark-delete position not yet (wholly) acknowledged."""
         return self.chain.entries_after(self.mark_delete) - self.holes.count
 
+    def memory_bytes(self) -> int:
+        """Bytes the holes and batch bits hold."""
+        return self.holes.memory_bytes() + self.batches.memory_bytes()
+
     @property
     def holes_count(self) -> int:
         """Ranges of individually acknowledged entries beyond the mark-delete position."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tracemalloc
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -153,3 +155,16 @@ def test_building_from_ranges_in_any_order_equals_adding_them(
         one_by_one.add_key_range(start, end)
     built = RangeSet.from_key_ranges(reversed(keys))
     assert built == one_by_one and built.count == one_by_one.count
+
+
+def test_memory_accounting_agrees_with_the_allocator() -> None:
+    positions = [Position(3, e) for e in range(1, 100_000, 2)]
+    tracemalloc.start()
+    try:
+        ranges = RangeSet()
+        for position in positions:
+            ranges.add(position)
+        traced, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert 0.85 < ranges.memory_bytes() / traced < 1.15
