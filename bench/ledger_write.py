@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import functools
 import json
 import logging
@@ -43,11 +42,8 @@ from typing import Any
 
 import psutil
 
-from stripemq.bookie.client import BookKeeper, ClientConfig, LedgerHandle
-from stripemq.metadata import create_metadata_store
-from stripemq.testing.bench import measure_fsync_rate, percentile, progress
-from stripemq.testing.cluster import BookieCluster
-from stripemq.testing.zookeeper import ZooKeeperServer
+from stripemq.bookie.client import BookKeeper, LedgerHandle
+from stripemq.testing.bench import bench_cluster, measure_fsync_rate, percentile, progress
 
 BOOKIES = 3
 LATENCY_MODE = "open-loop fixed rate (latency_rate_per_s), one add at a time on a schedule"
@@ -274,34 +270,17 @@ async def main() -> None:
     me = psutil.Process()
     cpu_before = me.cpu_times()
     try:
-        async with contextlib.AsyncExitStack() as stack:
-            progress(f"measuring fsync rate in {base} ...")
-            fsync_rate = measure_fsync_rate(base)
-            progress(f"fsync_per_s = {fsync_rate:.0f}")
-
-            zk = ZooKeeperServer(data_dir=base / "zookeeper")
-            stack.callback(zk.stop)
-            progress("starting ZooKeeper ...")
-            zk.start()
-            url = zk.url("/stripemq-bench")
-
-            cluster = BookieCluster(url, base / "bookies", BOOKIES)
-            stack.callback(cluster.stop)
-            progress(f"starting {BOOKIES} bookies ...")
-            await cluster.start()
+        progress(f"measuring fsync rate in {base} ...")
+        fsync_rate = measure_fsync_rate(base)
+        progress(f"fsync_per_s = {fsync_rate:.0f}")
+        async with bench_cluster(base, BOOKIES) as running:
+            bk, cluster = running.bk, running.bookies
             addresses = [b.address for b in cluster.bookies]
             procs = {"client": me}
             for bookie in cluster.bookies:
                 assert bookie.proc is not None
                 procs[bookie.address] = psutil.Process(bookie.proc.pid)
             cpu = CpuMeter(procs)
-
-            store = create_metadata_store(url)
-            await store.start()
-            stack.push_async_callback(store.close)
-            bk = BookKeeper(store, ClientConfig())
-            await bk.start()
-            stack.push_async_callback(bk.close)
 
             for quorums in args.quorums:
                 for size, window in zip(args.sizes, args.inflight, strict=True):

@@ -355,11 +355,13 @@ class ManagedCursor:
 
     # ------------------------------------------------------------------ persistence
 
-    async def flush(self) -> None:
-        """Persist the current state now (if anything changed)."""
+    async def flush(self, *, full: bool = False) -> None:
+        """Persist the current state now (if anything changed); ``full`` writes all of it
+        to a new cursor ledger."""
         async with self._flush_lock:
             if self._fenced:
                 raise ManagedLedgerFencedError(f"cursor {self.name} belongs to another owner")
+            self._needs_full = self._needs_full or full
             if self.state.acks_since_snapshot == 0 and not self._needs_full:
                 return
             try:

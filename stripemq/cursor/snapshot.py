@@ -87,10 +87,13 @@ def plan_snapshot(
 ) -> SnapshotPlan:
     """Encode what changed since the snapshot that wrote ``previous_index``.
 
-    ``previous_index=None`` writes every segment (a new cursor ledger). The state's dirty
-    set is cleared: the caller must retry with ``None`` if writing the plan fails.
+    ``previous_index=None`` (a new cursor ledger, or after a reset) writes every segment.
+    The state's dirty set is cleared: if writing the plan fails, the caller must write a
+    complete snapshot next (``previous_index=None``).
     """
-    full = previous_index is None
+    full = previous_index is None or state.needs_full_snapshot
+    if full:
+        previous_index = None
     segments = _segments_with_content(state) if full else set(state.dirty_segments)
     md_key_limit = _last_key_at_or_before(state.mark_delete)
     kept = {
@@ -124,6 +127,7 @@ def plan_snapshot(
         chunks.append(_chunk(members, body))
         chunk_segments.append(members)
     state.dirty_segments.clear()
+    state.needs_full_snapshot = False
     state.acks_since_snapshot = 0
     return SnapshotPlan(
         chunks=chunks,

@@ -23,9 +23,9 @@ from stripemq.errors import InvalidCursorPositionError
 
 log = logging.getLogger(__name__)
 
-# Holes and batch bits are persisted in segments of 2**16 entries of one ledger, so that a
+# Holes and batch bits are persisted in segments of 2**12 entries of one ledger, so that a
 # snapshot rewrites only the segments acknowledged in since the previous one.
-SEGMENT_BITS = 16
+SEGMENT_BITS = 12
 
 
 def segment_of(position: Position) -> int:
@@ -54,6 +54,9 @@ class CursorState:
     # Segments where holes or batch bits beyond the mark-delete position changed since the
     # last snapshot was taken.
     dirty_segments: set[int] = field(default_factory=set)
+    # A reset moved the mark-delete position back: holes a snapshot still holds behind the
+    # old position would come back to life, so the next snapshot writes every segment.
+    needs_full_snapshot: bool = False
     acks_since_snapshot: int = 0
 
     def __post_init__(self) -> None:
@@ -168,7 +171,7 @@ class CursorState:
         first = self.chain.first_position()
         if position < first:
             position = first
-        self._dirty_everything()
+        self.needs_full_snapshot = True
         self.holes.clear()
         self.batches.clear()
         self.mark_delete = Position(position.ledger_id, position.entry_id - 1)
@@ -227,10 +230,3 @@ class CursorState:
             self._move_mark_delete(last)
         if self.read_position <= self.mark_delete:
             self.read_position = self.chain.next_valid(self.mark_delete)
-
-    def _dirty_everything(self) -> None:
-        for start, end in self.holes.key_ranges():
-            for segment in range(start >> SEGMENT_BITS, ((end - 1) >> SEGMENT_BITS) + 1):
-                self.dirty_segments.add(segment)
-        for batch_position, _bits in self.batches:
-            self.dirty_segments.add(segment_of(batch_position))
