@@ -270,3 +270,29 @@ async def test_sigkill_while_acking_out_of_order_loses_no_unacked_entry(
             f"seed {seed}: killed after >= {acked} acks ({persisted} known persisted); "
             f"recovered {recovered}, so {max(0, acked - recovered)}+ acked entries come again"
         )
+
+
+async def test_stats_and_delete(
+    cluster: BookieCluster, metadata_url: str, store: MetadataStore
+) -> None:
+    async with Owner(metadata_url, KEEP_ALL) as factory:
+        ml = await factory.open(TOPIC)
+        cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+        positions = await append(ml, 250)
+        cursor.ack([positions[3], positions[4], positions[10]])
+        await cursor.flush()
+        stats = ml.stats()
+        assert stats.entries == 250 and len(stats.ledgers) == 3
+        assert stats.last_confirmed_entry == str(positions[-1])
+        sub = stats.cursors["sub"]
+        assert sub.backlog == 247 and sub.individually_deleted_ranges == 2
+        assert sub.mark_delete_position == f"{positions[0].ledger_id}:-1"
+        assert sub.cursor_ledger >= 0 and sub.snapshots == 1
+
+        ledger_ids = {info["ledger_id"] for info in stats.ledgers} | {sub.cursor_ledger}
+        await factory.delete(TOPIC)
+        assert not await factory.exists(TOPIC)
+        existing = {i async for i in LedgerManager(store).ledger_ids()}
+        assert not existing & ledger_ids  # topic ledgers and the cursor ledger are gone
+        with pytest.raises(ManagedLedgerNotFoundError):
+            await factory.open(TOPIC, create=False)
