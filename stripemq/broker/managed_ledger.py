@@ -170,6 +170,7 @@ class ManagedLedger:
         self._readers: dict[int, ReadHandle] = {}
         self._waiters: list[asyncio.Future[None]] = []
         self._trim_lock = asyncio.Lock()
+        self._info_lock = asyncio.Lock()
         self._trim_task: asyncio.Task[list[int]] | None = None
         self._housekeeping: asyncio.Task[None] | None = None
 
@@ -265,22 +266,25 @@ class ManagedLedger:
             raise ManagedLedgerError(f"cannot create a ledger for {self.name}: {exc}") from exc
 
     async def _write_info(self) -> None:
-        try:
-            stat = await self.store.put(
-                self.path, _encode_info(self.chain, self.properties), self._version
-            )
-        except BadVersionError:
-            self._mark_fenced()
-            raise ManagedLedgerFencedError(
-                f"managed ledger {self.name} was taken over by another owner"
-            ) from None
-        self._version = stat.version
+        """Write the ledger list as it is now. One write at a time: open, rollover and trim
+        all change the list, and each must build on the version the last one left."""
+        async with self._info_lock:
+            try:
+                stat = await self.store.put(
+                    self.path, _encode_info(self.chain, self.properties), self._version
+                )
+            except BadVersionError:
+                self._mark_fenced()
+                raise ManagedLedgerFencedError(
+                    f"managed ledger {self.name} was taken over by another owner"
+                ) from None
+            self._version = stat.version
 
     def _cursor_options(self) -> dict[str, object]:
         return {
             "managed_ledger_name": self.name,
             "password": self.config.password,
-            "on_mark_delete": self._cursor_moved,
+            "on_persisted": self._cursor_persisted,
         }
 
     # ------------------------------------------------------------------ appending
@@ -493,7 +497,7 @@ class ManagedLedger:
         await cursor.delete()
         self._schedule_trim()
 
-    def _cursor_moved(self, cursor: ManagedCursor) -> None:
+    def _cursor_persisted(self, cursor: ManagedCursor) -> None:
         self._schedule_trim()
 
     # ------------------------------------------------------------------ trimming
@@ -505,7 +509,7 @@ class ManagedLedger:
     async def _trim_in_background(self) -> None:
         try:
             await self.trim()
-        except ManagedLedgerError as exc:
+        except (ManagedLedgerError, MetadataError, BookieError) as exc:
             log.warning("trimming %s failed: %s", self.name, exc)
         finally:
             self._trim_task = None
@@ -538,7 +542,9 @@ class ManagedLedger:
         if config.retention_time_s < 0 and config.retention_size_bytes < 0:
             return []
         if self.cursors:
-            slowest = min(c.mark_delete_position for c in self.cursors.values())
+            # By what the cursors have persisted: a crash brings them back there, and a
+            # ledger they would need again must still exist.
+            slowest = min(c.persisted_mark_delete for c in self.cursors.values())
         else:
             slowest = self.chain.last_confirmed()
         now = now_ms()
@@ -617,6 +623,8 @@ class ManagedLedger:
         if not self.fenced:
             log.warning("managed ledger %s was fenced: another owner took it over", self.name)
         self.fenced = True
+        for cursor in self.cursors.values():
+            cursor.fence()
         self._wake_waiters()
 
     async def close(self) -> None:

@@ -34,7 +34,7 @@ class CursorConfig:
             raise ConfigError("cursor quorums need 1 <= ack <= write <= ensemble")
         if self.snapshot_interval_ms < 0 or self.snapshot_max_unpersisted_acks < 1:
             raise ConfigError("snapshot_interval_ms >= 0 and snapshot_max_unpersisted_acks >= 1")
-        if self.snapshot_chunk_bytes < 1024 or self.max_entries_per_ledger < 2:
-            raise ConfigError("snapshot_chunk_bytes >= 1024 and max_entries_per_ledger >= 2")
+        if self.snapshot_chunk_bytes < 64 * 1024 or self.max_entries_per_ledger < 2:
+            raise ConfigError("snapshot_chunk_bytes >= 65536 and max_entries_per_ledger >= 2")
         if self.max_ranges_in_metadata < 0 or self.rollover_time_s <= 0:
             raise ConfigError("max_ranges_in_metadata >= 0 and rollover_time_s > 0")

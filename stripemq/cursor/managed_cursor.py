@@ -37,6 +37,8 @@ from stripemq.errors import (
     BadVersionError,
     BookieError,
     CursorNotFoundError,
+    LedgerClosedError,
+    LedgerFencedError,
     ManagedLedgerClosedError,
     ManagedLedgerError,
     ManagedLedgerFencedError,
@@ -124,7 +126,7 @@ class ManagedCursor:
         config: CursorConfig,
         managed_ledger_name: str = "",
         password: bytes = b"",
-        on_mark_delete: Callable[[ManagedCursor], None] | None = None,
+        on_persisted: Callable[[ManagedCursor], None] | None = None,
     ) -> None:
         self.name = name
         self.path = path
@@ -137,12 +139,14 @@ class ManagedCursor:
         self.last_active_ms = now_ms()
         self.snapshots = 0
         self.last_snapshot_bytes = 0
-        self._on_mark_delete = on_mark_delete
+        self._on_persisted = on_persisted
+        # The mark-delete position a crash would come back to: trimming goes by this one.
+        self.persisted_mark_delete = state.mark_delete
         self._info_version = info_version
         self._handle: LedgerHandle | None = None
         self._cursor_ledger = -1  # the ledger the metadata node names
         self._old_ledger = -1  # a recovered ledger to delete once a new one is in place
-        self._index: dict[int, int] | None = None
+        self._index: dict[int, tuple[int, ...]] | None = None
         self._ledger_entries = 0
         self._ledger_created = 0.0
         self._needs_full = True  # the next snapshot starts a new cursor ledger
@@ -151,6 +155,7 @@ class ManagedCursor:
         self._flush_lock = asyncio.Lock()
         self._timer: asyncio.TimerHandle | None = None
         self._flush_task: asyncio.Task[None] | None = None
+        self._closing = False
         self._closed = False
         self._fenced = False
 
@@ -171,7 +176,8 @@ class ManagedCursor:
     ) -> ManagedCursor:
         """A new cursor whose first unacknowledged entry follows ``mark_delete``.
 
-        ``options``: ``managed_ledger_name``, ``password``, ``on_mark_delete``.
+        ``options``: ``managed_ledger_name``, ``password``, ``on_persisted`` (called when a
+        snapshot moved the persisted mark-delete position).
         """
         info = CursorInfo(mark_delete=mark_delete, last_active_ms=now_ms())
         stat = await store.put(path, info.encode(), expected_version=-1)
@@ -200,19 +206,29 @@ class ManagedCursor:
         **options: object,
     ) -> ManagedCursor:
         """Load a cursor as of its last complete snapshot (fencing any previous owner)."""
-        found = await store.get(path)
-        if found is None:
-            raise CursorNotFoundError(f"cursor {name} does not exist")
-        raw, stat = found
-        info = CursorInfo.decode(raw)
-        state = CursorState(name, chain, info.mark_delete, properties=dict(info.properties))
         password = options.get("password", b"")
         assert isinstance(password, bytes)
-        if info.cursor_ledger >= 0:
-            await _restore_from_ledger(state, info, bk, password)
+        for _attempt in range(5):
+            found = await store.get(path)
+            if found is None:
+                raise CursorNotFoundError(f"cursor {name} does not exist")
+            raw, stat = found
+            info = CursorInfo.decode(raw)
+            state = CursorState(name, chain, info.mark_delete, properties=dict(info.properties))
+            if info.cursor_ledger >= 0:
+                await _restore_from_ledger(state, info, bk, password)
+            else:
+                state.holes = RangeSet.from_key_ranges(info.ranges)
+                state.holes.remove_at_most(info.mark_delete)
+            try:
+                # Claim the node: a previous owner's next write to it now fails.
+                stat = await store.put(path, raw, stat.version)
+                break
+            except BadVersionError:
+                continue  # the previous owner moved it meanwhile: read it again
         else:
-            state.holes = RangeSet.from_key_ranges(info.ranges)
-            state.holes.remove_at_most(info.mark_delete)
+            raise ManagedLedgerFencedError(f"cursor {name} keeps changing under recovery")
+        state.forget_missing_ledgers()
         state.rewind()
         cursor = cls(
             name=name,
@@ -333,12 +349,10 @@ class ManagedCursor:
             elapsed_ms = (time.monotonic() - self._last_snapshot) * 1000
             delay = max(0.0, (self.config.snapshot_interval_ms - elapsed_ms) / 1000)
             self._timer = asyncio.get_running_loop().call_later(delay, self._start_flush)
-        if self.state.mark_delete != mark_delete_before and self._on_mark_delete is not None:
-            self._on_mark_delete(self)
 
     def _start_flush(self) -> None:
         self._timer = None
-        if self._flush_task is None and not self._closed:
+        if self._flush_task is None and not self._closing:
             self._flush_task = asyncio.ensure_future(self._background_flush())
 
     async def _background_flush(self) -> None:
@@ -350,7 +364,7 @@ class ManagedCursor:
             log.exception("cursor %s: snapshot failed", self.name)
         finally:
             self._flush_task = None
-        if self.state.acks_since_snapshot and not self._closed and not self._fenced:
+        if self.state.acks_since_snapshot and not self._closing and not self._fenced:
             self._changed(self.state.mark_delete)  # acks arrived meanwhile
 
     # ------------------------------------------------------------------ persistence
@@ -359,27 +373,34 @@ class ManagedCursor:
         """Persist the current state now (if anything changed); ``full`` writes all of it
         to a new cursor ledger."""
         async with self._flush_lock:
+            if self._closed:
+                return
             if self._fenced:
                 raise ManagedLedgerFencedError(f"cursor {self.name} belongs to another owner")
             self._needs_full = self._needs_full or full
             if self.state.acks_since_snapshot == 0 and not self._needs_full:
                 return
+            before = self.persisted_mark_delete
             try:
                 if self._needs_full or self._handle is None or self._should_roll():
-                    await self._switch_ledger()
+                    persisted = await self._switch_ledger()
                 else:
                     assert self._index is not None
-                    await self._append(
-                        self._handle,
-                        plan_snapshot(
-                            self.state,
-                            self._index,
-                            max_chunk_bytes=self.config.snapshot_chunk_bytes,
-                        ),
+                    plan = plan_snapshot(
+                        self.state, self._index, max_chunk_bytes=self.config.snapshot_chunk_bytes
                     )
+                    await self._append(self._handle, plan)
+                    persisted = plan.mark_delete
             except ManagedLedgerFencedError:
                 self._fenced = True
                 raise
+            except (LedgerFencedError, LedgerClosedError) as exc:
+                # Another owner recovered the cursor ledger: the cursor is no longer ours,
+                # and writing the metadata node now could only undo that owner's work.
+                self._fenced = True
+                raise ManagedLedgerFencedError(
+                    f"cursor {self.name}: its ledger was taken over by another owner"
+                ) from exc
             except (BookieError, MetadataError) as exc:
                 log.warning(
                     "cursor %s: cannot write its ledger (%s); mark-delete position "
@@ -388,8 +409,11 @@ class ManagedCursor:
                     exc,
                 )
                 self._needs_full = True
-                await self._persist_in_metadata()
+                persisted = await self._persist_in_metadata()
+            self.persisted_mark_delete = persisted
             self._last_snapshot = time.monotonic()
+        if persisted != before and self._on_persisted is not None:
+            self._on_persisted(self)
 
     def _should_roll(self) -> bool:
         return (
@@ -409,7 +433,7 @@ class ManagedCursor:
         self.snapshots += 1
         self.last_snapshot_bytes = plan.bytes_written + len(marker)
 
-    async def _switch_ledger(self) -> None:
+    async def _switch_ledger(self) -> Position:
         """Write a full snapshot to a new ledger, point the metadata at it, drop the old."""
         handle = await self.bk.create_ledger(
             self.config.ensemble_size,
@@ -446,8 +470,9 @@ class ManagedCursor:
         if self._old_ledger >= 0 and self._old_ledger != handle.ledger_id:
             await _delete_quietly(self.bk, self._old_ledger)
             self._old_ledger = -1
+        return plan.mark_delete
 
-    async def _persist_in_metadata(self) -> None:
+    async def _persist_in_metadata(self) -> Position:
         """Fallback when the ledger fails: mark-delete and the first holes in the node."""
         ranges = list(self._first_ranges(self.config.max_ranges_in_metadata))
         info = CursorInfo(
@@ -464,6 +489,7 @@ class ManagedCursor:
             await _discard_ledger(self.bk, self._handle)
             self._handle = None
         self._cursor_ledger = -1
+        return info.mark_delete
 
     def _first_ranges(self, limit: int) -> Iterable[tuple[int, int]]:
         for i, key_range in enumerate(self.state.holes.key_ranges()):
@@ -484,19 +510,24 @@ class ManagedCursor:
     # ------------------------------------------------------------------ lifecycle
 
     def _check_open(self) -> None:
-        if self._closed:
+        if self._closing:
             raise ManagedLedgerClosedError(f"cursor {self.name} is closed")
         if self._fenced:
             raise ManagedLedgerFencedError(f"cursor {self.name} belongs to another owner")
 
+    def fence(self) -> None:
+        """Another owner has the managed ledger: refuse everything from now on."""
+        self._fenced = True
+
     async def close(self) -> None:
-        """Persist what is left and close the cursor ledger."""
-        if self._closed:
+        """Persist what is left and close the cursor ledger (acks are refused from now)."""
+        if self._closing:
             return
+        self._closing = True
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._flush_task is not None:
+        while self._flush_task is not None:
             await asyncio.gather(self._flush_task, return_exceptions=True)
         try:
             if not self._fenced:
@@ -511,13 +542,14 @@ class ManagedCursor:
 
     async def delete(self) -> None:
         """Remove the cursor: its node and its ledger."""
-        self._closed = True
+        self._closing = True
         if self._timer is not None:
             self._timer.cancel()
         if self._flush_task is not None:
             self._flush_task.cancel()
             await asyncio.gather(self._flush_task, return_exceptions=True)
         async with self._flush_lock:
+            self._closed = True
             await self.store.delete(self.path)
             if self._handle is not None:
                 await _discard_ledger(self.bk, self._handle)

@@ -17,7 +17,7 @@ from bitarray import bitarray
 
 from stripemq.cursor.batch_acks import BatchAcks
 from stripemq.cursor.ledger_chain import LedgerChain
-from stripemq.cursor.position import Position, position_key
+from stripemq.cursor.position import ENTRY_BITS, ENTRY_MASK, Position, position_key
 from stripemq.cursor.range_set import RangeSet
 from stripemq.errors import InvalidCursorPositionError
 
@@ -97,7 +97,7 @@ class CursorState:
                 return position
             last_acked = Position(found[1].ledger_id, found[1].entry_id - 1)
             if found[1].entry_id == 0:  # the range ran to the very end of its ledger
-                last_acked = Position(found[0].ledger_id, (1 << 64) - 1)
+                last_acked = Position(found[0].ledger_id, ENTRY_MASK)
             position = self.chain.next_valid(last_acked)
 
     # ------------------------------------------------------------------ acknowledgements
@@ -163,6 +163,8 @@ class CursorState:
     def reset(self, position: Position) -> None:
         """Make ``position`` the next entry to deliver: everything before it counts as
         acknowledged, everything from it on as not (Pulsar's reset-cursor)."""
+        if position.entry_id < 0:  # "the start of that ledger"
+            position = self.chain.next_valid(position)
         write_position = self.chain.write_position()
         if position > write_position:
             raise InvalidCursorPositionError(
@@ -177,6 +179,25 @@ class CursorState:
         self.mark_delete = Position(position.ledger_id, position.entry_id - 1)
         self.read_position = position
         self.acks_since_snapshot += 1
+
+    def forget_missing_ledgers(self) -> None:
+        """Drop holes and batch bits of ledgers the chain no longer holds (trimmed).
+
+        A ledger is trimmed only once every cursor has passed it, so what a snapshot still
+        holds of it is acknowledged; left in place, it would keep the mark-delete position
+        from ever moving over the gap.
+        """
+        stale = {start.ledger_id for start, _ in self.holes if start.ledger_id not in self.chain}
+        stale |= {p.ledger_id for p, _ in self.batches if p.ledger_id not in self.chain}
+        for ledger_id in stale:
+            self.holes.remove_key_range(ledger_id << ENTRY_BITS, (ledger_id + 1) << ENTRY_BITS)
+            for position, _bits in list(
+                self.batches.in_range(Position(ledger_id, 0), Position(ledger_id + 1, 0))
+            ):
+                self.batches.discard(position)
+        if stale:
+            self.needs_full_snapshot = True
+            self._advance_mark_delete()
 
     def skip(self, count: int) -> int:
         """Acknowledge the next ``count`` unacknowledged entries; returns how many it did."""
@@ -226,7 +247,7 @@ class CursorState:
             if first is None or first[0] != self.chain.next_valid(self.mark_delete):
                 break
             start, end = first
-            last = Position(start.ledger_id, end.entry_id - 1 if end.entry_id else (1 << 64) - 1)
+            last = Position(start.ledger_id, end.entry_id - 1 if end.entry_id else ENTRY_MASK)
             self._move_mark_delete(last)
         if self.read_position <= self.mark_delete:
             self.read_position = self.chain.next_valid(self.mark_delete)

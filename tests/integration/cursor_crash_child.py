@@ -28,7 +28,7 @@ CONFIG = ManagedLedgerConfig(
     cursor=CursorConfig(
         snapshot_interval_ms=20,
         snapshot_max_unpersisted_acks=50,
-        snapshot_chunk_bytes=1024,
+        snapshot_chunk_bytes=65536,
         max_entries_per_ledger=40,
     ),
 )

@@ -108,7 +108,7 @@ async def test_the_cursor_ledger_rolls_over_and_the_old_one_is_deleted(
     store: MetadataStore, bk: BookKeeper
 ) -> None:
     chain = chain_of(1000)
-    config = CursorConfig(max_entries_per_ledger=6, snapshot_chunk_bytes=1024)
+    config = CursorConfig(max_entries_per_ledger=6)
     cursor = await new_cursor(store, bk, chain, config)
     ledgers = set()
     for i in range(1, 600, 2):

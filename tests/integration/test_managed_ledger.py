@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -26,6 +27,7 @@ from stripemq.cursor.position import Position
 from stripemq.errors import (
     CursorNotFoundError,
     InvalidCursorPositionError,
+    ManagedLedgerClosedError,
     ManagedLedgerError,
     ManagedLedgerFencedError,
     ManagedLedgerNotFoundError,
@@ -44,6 +46,12 @@ SMALL_LEDGERS = ManagedLedgerConfig(
 # With no cursor and no retention a topic keeps nothing it has rolled past (as in Pulsar).
 KEEP_ALL = replace(SMALL_LEDGERS, retention_time_s=-1, retention_size_bytes=-1)
 TOPIC = "public/default/persistent/orders"
+# Three entries per ledger and no snapshot unless asked for.
+TINY = ManagedLedgerConfig(
+    max_entries_per_ledger=3,
+    min_rollover_time_s=0,
+    cursor=CursorConfig(snapshot_interval_ms=60_000, snapshot_max_unpersisted_acks=1_000_000),
+)
 
 
 def payload(i: int) -> bytes:
@@ -152,8 +160,11 @@ async def test_ledgers_behind_every_cursor_are_trimmed_and_retention_keeps_them(
         positions = await append(ml, 550)
         first_ledgers = sorted({p.ledger_id for p in positions})
         fast.ack_cumulative(positions[-1])
+        await fast.flush()
         assert await ml.trim() == []  # the slow cursor still needs everything
         slow.ack_cumulative(positions[349])
+        assert await ml.trim() == []  # not persisted yet: a crash would need them again
+        await slow.flush()
         trimmed = await ml.trim()
         assert trimmed == first_ledgers[:3]  # ledgers 0-99, 100-199, 200-299
         existing = {i async for i in LedgerManager(store).ledger_ids()}
@@ -167,6 +178,7 @@ async def test_ledgers_behind_every_cursor_are_trimmed_and_retention_keeps_them(
         ml = await factory.open(TOPIC)
         cursor = ml.cursors["slow"]
         cursor.ack_cumulative(ml.last_confirmed)
+        await cursor.flush()
         assert await ml.trim() == []  # consumed, but within the retention time
 
 
@@ -296,3 +308,135 @@ async def test_stats_and_delete(
         assert not existing & ledger_ids  # topic ledgers and the cursor ledger are gone
         with pytest.raises(ManagedLedgerNotFoundError):
             await factory.open(TOPIC, create=False)
+
+
+async def test_appends_survive_a_dead_bookie_and_resume_after_losing_too_many(
+    cluster: BookieCluster, metadata_url: str
+) -> None:
+    async with Owner(metadata_url, KEEP_ALL) as factory:
+        ml = await factory.open(TOPIC)
+        cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+        first = await append(ml, 50)
+        ensemble = ml._handle.ensemble  # type: ignore[union-attr]
+        cluster.by_address(ensemble[0]).kill()
+        second = await append(ml, 50)  # the ledger client replaces the dead bookie
+        assert second[0] == first[-1].next()
+        survivors = [b for b in cluster.bookies if b.running]
+        for bookie in survivors[1:]:
+            bookie.kill()  # one writable bookie left: a 2-bookie ensemble is impossible
+        with pytest.raises(ManagedLedgerError):
+            await ml.add_entry(b"nowhere to go")
+        for bookie in cluster.bookies:
+            if not bookie.running:
+                await bookie.start()
+        third = [await ml.add_entry(payload(i)) for i in range(3)]  # a new ledger
+        assert third[0].ledger_id > first[0].ledger_id
+        read = await ml.read_entries(first[0], 200)
+        data = [e.data for e in read]
+        assert data[:100] == [payload(i) for i in range(50)] * 2
+        assert data[-3:] == [payload(i) for i in range(3)]
+        assert cursor.backlog == len(read)
+
+
+async def test_trim_racing_rollover_does_not_fence_the_owner(
+    cluster: BookieCluster, metadata_url: str
+) -> None:
+    """trim() and _rollover() both CAS the ML node with the same cached version."""
+    async with Owner(metadata_url, replace(TINY, max_entries_per_ledger=10)) as factory:
+        ml = await factory.open(TOPIC)
+        cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+        positions = [await ml.add_entry(b"m%d" % i) for i in range(20)]  # L1 full, L2 full
+        cursor.ack_cumulative(positions[9])  # L1 consumed: a trim is due
+        real_put = ml.store.put
+
+        async def slow_put(path, data, expected_version=-1, *a, **kw):  # type: ignore[no-untyped-def]
+            if path == ml.path:
+                await asyncio.sleep(0.3)  # a slow ZooKeeper round trip
+            return await real_put(path, data, expected_version, *a, **kw)
+
+        ml.store.put = slow_put  # type: ignore[method-assign]
+        try:
+            # The 21st add rolls over while the trim's metadata write is in flight.
+            await asyncio.gather(ml.trim(), ml.add_entry(b"next"))
+        finally:
+            ml.store.put = real_put  # type: ignore[method-assign]
+        assert not ml.fenced
+        await ml.add_entry(b"still the owner")
+
+
+async def test_old_owner_cursor_cannot_fence_the_new_owner(
+    cluster: BookieCluster, metadata_url: str
+) -> None:
+    async with Owner(metadata_url, TINY) as first:
+        ml_a = await first.open(TOPIC)
+        cur_a = await ml_a.open_cursor("sub", InitialPosition.EARLIEST)
+        positions = [await ml_a.add_entry(b"m%d" % i) for i in range(6)]
+        cur_a.ack([positions[1]])
+        await cur_a.flush()
+        async with Owner(metadata_url, TINY) as second:
+            ml_b = await second.open(TOPIC)  # takes over (fences A's cursor ledger too)
+            cur_b = ml_b.cursors["sub"]
+            # The old owner still gets an ack in before it notices anything.
+            cur_a.ack([positions[3]])
+            with contextlib.suppress(ManagedLedgerFencedError):
+                await cur_a.flush()  # bug: falls back to the metadata node and succeeds
+            cur_b.ack([positions[4]])
+            await cur_b.flush()  # bug: the new owner is the one fenced
+            assert cur_b.is_acked(positions[1])
+
+
+async def test_trimming_goes_by_what_cursors_have_persisted(
+    cluster: BookieCluster, metadata_url: str
+) -> None:
+    async with Owner(metadata_url, TINY) as first:
+        ml = await first.open(TOPIC)
+        cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+        p = [await ml.add_entry(b"m%d" % i) for i in range(7)]  # L1: 0-2, L2: 3-5, L3: 6
+        cursor.ack([p[1]])
+        await cursor.flush()  # snapshot: mark-delete before L1, hole at p[1]
+        cursor.ack([p[0], p[2]])  # L1 consumed, in memory only
+        assert await ml.trim() == []  # a crash now would need L1 again
+        # A crash: nothing more is persisted, and a new owner takes over.
+        async with Owner(metadata_url, TINY) as second:
+            ml_b = await second.open(TOPIC)
+            cur = ml_b.cursors["sub"]
+            assert cur.backlog == 6  # p[0] and p[2] come again, from L1
+            delivered = await ml_b.read_entries(cur.read_position, 10)
+            assert [e.data for e in delivered][:3] == [b"m0", b"m1", b"m2"]
+            cur.ack([p[0], p[2], *p[3:7]])
+            assert cur.mark_delete_position == p[6]
+            await cur.flush()
+            assert p[0].ledger_id in await ml_b.trim()
+        for ml_a in list(first.ledgers.values()):
+            ml_a.closed = True  # the first owner is gone: it writes nothing on the way out
+
+
+async def test_acks_during_close_are_refused_and_the_snapshot_stays_whole(
+    cluster: BookieCluster, metadata_url: str
+) -> None:
+    config = replace(
+        TINY,
+        max_entries_per_ledger=1000,
+        cursor=CursorConfig(snapshot_interval_ms=0, max_ranges_in_metadata=2),
+    )
+    async with Owner(metadata_url, config) as factory:
+        ml = await factory.open(TOPIC)
+        cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+        p = [await ml.add_entry(b"m%d" % i) for i in range(20)]
+        cursor.ack(p[1:12:2])  # 6 holes
+        await cursor.flush()
+        cursor.ack([p[13]])
+        closing = asyncio.ensure_future(cursor.close())
+        await asyncio.sleep(0)  # close() is now writing its final snapshot
+        with pytest.raises(ManagedLedgerClosedError):
+            cursor.ack([p[15]])
+        await closing
+        await asyncio.sleep(0.3)
+        found = await ml.store.get(cursor.path)
+        assert found is not None
+        info = json.loads(found[0])
+        assert info["cursor_ledger"] >= 0 and info["ranges"] == [], info  # not the fallback
+    async with Owner(metadata_url, config) as factory:
+        ml = await factory.open(TOPIC)
+        again = ml.cursors["sub"]
+        assert again.state.holes.count == 7 and not again.is_acked(p[15])

@@ -27,7 +27,7 @@ class CursorLedger:
 
     def __init__(self) -> None:
         self.entries: list[bytes] = []
-        self.index: dict[int, int] | None = None
+        self.index: dict[int, tuple[int, ...]] | None = None
 
     def snapshot(self, state: CursorState, *, full: bool = False, chunk_bytes: int = 300) -> int:
         plan = plan_snapshot(state, None if full else self.index, max_chunk_bytes=chunk_bytes)
@@ -128,7 +128,7 @@ def test_only_changed_segments_are_rewritten() -> None:
     ledger.snapshot(state, chunk_bytes=1 << 20)
     new_entries = ledger.entries[before:]
     assert len(new_entries) == 2  # one chunk, one marker
-    assert list(decode_chunk(new_entries[0])) == [segment_of(Position(1, 3 * SEG + 2))]
+    assert list(decode_chunk(new_entries[0])) == [(segment_of(Position(1, 3 * SEG + 2)), 0)]
     assert sum(len(e) for e in new_entries) < full_bytes / 20
     same_state(ledger.recover(chain), state)
 
@@ -161,3 +161,19 @@ def test_damaged_entries_raise_a_format_error(raw: bytes) -> None:
             decode_chunk(raw)
         else:
             decode_marker(raw)
+
+
+def test_a_segment_too_big_for_one_chunk_is_split_into_parts() -> None:
+    chain = LedgerChain([LedgerInfo(1, 4096, closed=True), LedgerInfo(2, 0)])
+    state = CursorState("sub", chain, Position(1, -1))
+    state.ack([Position(1, e) for e in range(4000, 4096, 2)])
+    for entry in range(4000):  # one segment: 4,000 partial batches of 16,384 messages (8 MB)
+        state.ack_batch(Position(1, entry), BatchAck([0], 16_384))
+    ledger = CursorLedger()
+    ledger.snapshot(state, full=True, chunk_bytes=1 << 20)
+    assert len(ledger.entries) >= 9
+    assert max(len(e) for e in ledger.entries) <= 1 << 20
+    same_state(ledger.recover(chain), state)
+    state.ack_batch(Position(1, 7), BatchAck([1], 16_384))  # then only that segment again
+    ledger.snapshot(state, chunk_bytes=1 << 20)
+    same_state(ledger.recover(chain), state)

@@ -226,3 +226,22 @@ def test_acks_before_the_mark_delete_position_are_ignored_and_unknown_ones_refus
     assert not state.is_acked(Position(1, 3))  # nothing of the refused call was applied
     with pytest.raises(InvalidCursorPositionError):
         state.ack_cumulative(Position(2, 0))
+
+
+def test_reset_to_the_start_of_a_ledger() -> None:
+    chain = LedgerChain([LedgerInfo(1, 5), LedgerInfo(2, 0), LedgerInfo(3, 5)])
+    state = CursorState("sub", chain, Position(1, -1))
+    state.reset(Position(2, -1))  # "from ledger 2 on": 2 is empty, so 3:0
+    assert state.read_position == Position(3, 0) and state.backlog == 5
+    assert all(state.is_acked(Position(1, e)) for e in range(5))
+
+
+def test_holes_in_ledgers_no_longer_in_the_chain_are_forgotten() -> None:
+    chain = LedgerChain([LedgerInfo(1, 3), LedgerInfo(2, 3)])
+    state = CursorState("sub", chain, Position(1, -1))
+    state.ack([Position(1, 1), Position(2, 1)])
+    chain.remove(1)  # trimmed (by an owner whose snapshot of this cursor was older)
+    state.forget_missing_ledgers()
+    assert state.mark_delete == Position(1, -1) and state.holes_count == 1
+    state.ack([Position(2, 0)])
+    assert state.mark_delete == Position(2, 1) and state.backlog == 1
