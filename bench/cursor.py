@@ -34,7 +34,7 @@ from pathlib import Path
 from stripemq.bookie.client import BookKeeper
 from stripemq.cursor.config import CursorConfig
 from stripemq.cursor.ledger_chain import LedgerChain, LedgerInfo
-from stripemq.cursor.managed_cursor import ManagedCursor
+from stripemq.cursor.managed_cursor import CursorEnvironment, ManagedCursor
 from stripemq.cursor.position import Position
 from stripemq.metadata import MetadataStore
 from stripemq.testing.bench import bench_cluster, progress
@@ -47,15 +47,8 @@ async def new_cursor(
     store: MetadataStore, bk: BookKeeper, name: str, entries: int
 ) -> ManagedCursor:
     chain = LedgerChain([LedgerInfo(LEDGER, entries, closed=True)])
-    return await ManagedCursor.create(
-        name=name,
-        path=f"/bench/cursors/{name}",
-        store=store,
-        bk=bk,
-        chain=chain,
-        config=CursorConfig(),
-        mark_delete=Position(LEDGER, -1),
-    )
+    env = CursorEnvironment(store=store, bk=bk, chain=chain, config=CursorConfig())
+    return await ManagedCursor.create(name, f"/bench/cursors/{name}", env, Position(LEDGER, -1))
 
 
 async def ack_rate(store: MetadataStore, bk: BookKeeper, entries: int) -> dict[str, float]:

@@ -27,7 +27,12 @@ from stripemq.bookie.client.reader import ReadHandle
 from stripemq.broker.entry_cache import EntryCache
 from stripemq.broker.managed_ledger_config import ManagedLedgerConfig
 from stripemq.cursor.ledger_chain import LedgerChain, LedgerInfo
-from stripemq.cursor.managed_cursor import CursorStats, ManagedCursor, now_ms
+from stripemq.cursor.managed_cursor import (
+    CursorEnvironment,
+    CursorStats,
+    ManagedCursor,
+    now_ms,
+)
 from stripemq.cursor.position import Position
 from stripemq.errors import (
     BadVersionError,
@@ -156,6 +161,15 @@ class ManagedLedger:
         self.chain = LedgerChain()
         self.properties: dict[str, str] = {}
         self.cursors: dict[str, ManagedCursor] = {}
+        self.cursor_env = CursorEnvironment(
+            store=store,
+            bk=bk,
+            chain=self.chain,
+            config=config.cursor,
+            managed_ledger_name=name,
+            password=config.password,
+            on_persisted=self._cursor_persisted,
+        )
         self.cache = EntryCache(config.cache_size_bytes)
         self.entries_added = 0
         self.closed = False
@@ -190,6 +204,7 @@ class ManagedLedger:
         raw, stat = found
         self._version = stat.version
         self.chain, self.properties = _decode_info(raw, self.name)
+        self.cursor_env.chain = self.chain
         empty = await self._recover_ledgers()
         handle = await self._new_ledger()
         self.chain.add(LedgerInfo(handle.ledger_id, created_ms=now_ms()))
@@ -205,13 +220,7 @@ class ManagedLedger:
         for child in await self.store.children(self.path):
             name = unquote(child)
             self.cursors[name] = await ManagedCursor.recover(
-                name=name,
-                path=f"{self.path}/{child}",
-                store=self.store,
-                bk=self.bk,
-                chain=self.chain,
-                config=self.config.cursor,
-                **self._cursor_options(),
+                name, f"{self.path}/{child}", self.cursor_env
             )
         self._housekeeping = asyncio.ensure_future(self._housekeep())
         log.info(
@@ -279,13 +288,6 @@ class ManagedLedger:
                     f"managed ledger {self.name} was taken over by another owner"
                 ) from None
             self._version = stat.version
-
-    def _cursor_options(self) -> dict[str, object]:
-        return {
-            "managed_ledger_name": self.name,
-            "password": self.config.password,
-            "on_persisted": self._cursor_persisted,
-        }
 
     # ------------------------------------------------------------------ appending
 
@@ -477,16 +479,7 @@ class ManagedLedger:
         else:
             first = self.chain.first_position()
             mark_delete = Position(first.ledger_id, first.entry_id - 1)
-        cursor = await ManagedCursor.create(
-            name=name,
-            path=path,
-            store=self.store,
-            bk=self.bk,
-            chain=self.chain,
-            config=self.config.cursor,
-            mark_delete=mark_delete,
-            **self._cursor_options(),
-        )
+        cursor = await ManagedCursor.create(name, path, self.cursor_env, mark_delete)
         self.cursors[name] = cursor
         return cursor
 

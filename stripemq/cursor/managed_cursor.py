@@ -111,35 +111,39 @@ class CursorStats:
     persisted_in_metadata: bool
 
 
+@dataclass
+class CursorEnvironment:
+    """What every cursor of one managed ledger shares."""
+
+    store: MetadataStore
+    bk: BookKeeper
+    chain: LedgerChain  # the managed ledger's, kept current by it
+    config: CursorConfig
+    managed_ledger_name: str = ""
+    password: bytes = b""
+    # Called when a snapshot moved a cursor's persisted mark-delete position (trimming).
+    on_persisted: Callable[[ManagedCursor], None] | None = None
+
+
 class ManagedCursor:
-    """One subscription's acknowledgements on a managed ledger, kept durable."""
+    """One subscription's acknowledgements on a managed ledger, kept durable.
+
+    Made by ``create`` (a new cursor) or ``recover`` (an existing one, after any crash).
+    """
 
     def __init__(
-        self,
-        *,
-        name: str,
-        path: str,
-        store: MetadataStore,
-        bk: BookKeeper,
-        state: CursorState,
-        info_version: int,
-        config: CursorConfig,
-        managed_ledger_name: str = "",
-        password: bytes = b"",
-        on_persisted: Callable[[ManagedCursor], None] | None = None,
+        self, name: str, path: str, env: CursorEnvironment, state: CursorState, info_version: int
     ) -> None:
         self.name = name
         self.path = path
-        self.store = store
-        self.bk = bk
+        self.env = env
+        self.store = env.store
+        self.bk = env.bk
+        self.config = env.config
         self.state = state
-        self.config = config
-        self.managed_ledger_name = managed_ledger_name
-        self.password = password
         self.last_active_ms = now_ms()
         self.snapshots = 0
         self.last_snapshot_bytes = 0
-        self._on_persisted = on_persisted
         # The mark-delete position a crash would come back to: trimming goes by this one.
         self.persisted_mark_delete = state.mark_delete
         self._info_version = info_version
@@ -163,51 +167,17 @@ class ManagedCursor:
 
     @classmethod
     async def create(
-        cls,
-        *,
-        name: str,
-        path: str,
-        store: MetadataStore,
-        bk: BookKeeper,
-        chain: LedgerChain,
-        config: CursorConfig,
-        mark_delete: Position,
-        **options: object,
+        cls, name: str, path: str, env: CursorEnvironment, mark_delete: Position
     ) -> ManagedCursor:
-        """A new cursor whose first unacknowledged entry follows ``mark_delete``.
-
-        ``options``: ``managed_ledger_name``, ``password``, ``on_persisted`` (called when a
-        snapshot moved the persisted mark-delete position).
-        """
+        """A new cursor whose first unacknowledged entry follows ``mark_delete``."""
         info = CursorInfo(mark_delete=mark_delete, last_active_ms=now_ms())
-        stat = await store.put(path, info.encode(), expected_version=-1)
-        state = CursorState(name, chain, mark_delete)
-        return cls(
-            name=name,
-            path=path,
-            store=store,
-            bk=bk,
-            state=state,
-            info_version=stat.version,
-            config=config,
-            **options,  # type: ignore[arg-type]
-        )
+        stat = await env.store.put(path, info.encode(), expected_version=-1)
+        return cls(name, path, env, CursorState(name, env.chain, mark_delete), stat.version)
 
     @classmethod
-    async def recover(
-        cls,
-        *,
-        name: str,
-        path: str,
-        store: MetadataStore,
-        bk: BookKeeper,
-        chain: LedgerChain,
-        config: CursorConfig,
-        **options: object,
-    ) -> ManagedCursor:
+    async def recover(cls, name: str, path: str, env: CursorEnvironment) -> ManagedCursor:
         """Load a cursor as of its last complete snapshot (fencing any previous owner)."""
-        password = options.get("password", b"")
-        assert isinstance(password, bytes)
+        store, chain = env.store, env.chain
         for _attempt in range(5):
             found = await store.get(path)
             if found is None:
@@ -216,7 +186,7 @@ class ManagedCursor:
             info = CursorInfo.decode(raw)
             state = CursorState(name, chain, info.mark_delete, properties=dict(info.properties))
             if info.cursor_ledger >= 0:
-                await _restore_from_ledger(state, info, bk, password)
+                await _restore_from_ledger(state, info, env.bk, env.password)
             else:
                 state.holes = RangeSet.from_key_ranges(info.ranges)
                 state.holes.remove_at_most(info.mark_delete)
@@ -230,16 +200,7 @@ class ManagedCursor:
             raise ManagedLedgerFencedError(f"cursor {name} keeps changing under recovery")
         state.forget_missing_ledgers()
         state.rewind()
-        cursor = cls(
-            name=name,
-            path=path,
-            store=store,
-            bk=bk,
-            state=state,
-            info_version=stat.version,
-            config=config,
-            **options,  # type: ignore[arg-type]
-        )
+        cursor = cls(name, path, env, state, stat.version)
         cursor._cursor_ledger = info.cursor_ledger
         cursor._old_ledger = info.cursor_ledger
         cursor.last_active_ms = info.last_active_ms or now_ms()
@@ -412,8 +373,8 @@ class ManagedCursor:
                 persisted = await self._persist_in_metadata()
             self.persisted_mark_delete = persisted
             self._last_snapshot = time.monotonic()
-        if persisted != before and self._on_persisted is not None:
-            self._on_persisted(self)
+        if persisted != before and self.env.on_persisted is not None:
+            self.env.on_persisted(self)
 
     def _should_roll(self) -> bool:
         return (
@@ -439,10 +400,10 @@ class ManagedCursor:
             self.config.ensemble_size,
             self.config.write_quorum_size,
             self.config.ack_quorum_size,
-            password=self.password,
+            password=self.env.password,
             custom_metadata={
                 "component": "managed-cursor",
-                "managed-ledger": self.managed_ledger_name,
+                "managed-ledger": self.env.managed_ledger_name,
                 "cursor": self.name,
             },
         )

@@ -13,7 +13,7 @@ from stripemq.bookie.client import BookKeeper, ClientConfig
 from stripemq.bookie.client.ledger_manager import LedgerManager
 from stripemq.cursor.config import CursorConfig
 from stripemq.cursor.ledger_chain import LedgerChain, LedgerInfo
-from stripemq.cursor.managed_cursor import ManagedCursor
+from stripemq.cursor.managed_cursor import CursorEnvironment, ManagedCursor
 from stripemq.cursor.position import Position
 from stripemq.errors import ManagedLedgerFencedError
 from stripemq.metadata import MetadataStore
@@ -44,26 +44,24 @@ def chain_of(entries: int) -> LedgerChain:
     return LedgerChain([LedgerInfo(LEDGER, entries, closed=True)])
 
 
+def env(
+    store: MetadataStore, bk: BookKeeper, chain: LedgerChain, config: CursorConfig
+) -> CursorEnvironment:
+    return CursorEnvironment(store=store, bk=bk, chain=chain, config=config)
+
+
 async def new_cursor(
     store: MetadataStore, bk: BookKeeper, chain: LedgerChain, config: CursorConfig
 ) -> ManagedCursor:
     return await ManagedCursor.create(
-        name="sub",
-        path=PATH,
-        store=store,
-        bk=bk,
-        chain=chain,
-        config=config,
-        mark_delete=Position(LEDGER, -1),
+        "sub", PATH, env(store, bk, chain, config), Position(LEDGER, -1)
     )
 
 
 async def recovered(
     store: MetadataStore, bk: BookKeeper, chain: LedgerChain, config: CursorConfig
 ) -> ManagedCursor:
-    return await ManagedCursor.recover(
-        name="sub", path=PATH, store=store, bk=bk, chain=chain, config=config
-    )
+    return await ManagedCursor.recover("sub", PATH, env(store, bk, chain, config))
 
 
 async def snapshots_reach(cursor: ManagedCursor, count: int, timeout: float = 10.0) -> None:
