@@ -1,0 +1,382 @@
+"""One client connection: frames in, commands handled, frames out.
+
+Malformed frames close this connection only; a request the broker refuses gets ERROR (or
+SEND_ERROR) with the protocol's code; nothing a client sends can stop the broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from google.protobuf.message import Message
+
+from stripemq.broker.dispatch import ConsumerSlot
+from stripemq.broker.managed_ledger import InitialPosition
+from stripemq.broker.service import BrokerService
+from stripemq.broker.topic import BrokerError, Consumer, Producer, Subscription
+from stripemq.broker.topic_name import InvalidTopicNameError, TopicName
+from stripemq.errors import ManagedLedgerError, StripeMQError
+from stripemq.proto import pulsar_api_pb2 as pb
+from stripemq.proto.frames import (
+    DEFAULT_MAX_MESSAGE_SIZE,
+    FRAME_PADDING,
+    Frame,
+    FrameDecoder,
+    ProtocolError,
+    command_body,
+    encode_command,
+    encode_payload_command,
+)
+
+log = logging.getLogger(__name__)
+
+PROTOCOL_VERSION = 20
+SERVER_VERSION = "stripemq"
+
+
+def _server_error(exc: BaseException) -> int:
+    if isinstance(exc, BrokerError):
+        return exc.server_error
+    if isinstance(exc, InvalidTopicNameError):
+        return pb.InvalidTopicName
+    name = getattr(exc, "server_error", None)
+    if isinstance(name, str):
+        return pb.ServerError.Value(name)
+    return pb.UnknownError
+
+
+class ServerConnection:
+    """Serves one client until it leaves or misbehaves."""
+
+    def __init__(
+        self,
+        service: BrokerService,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+    ) -> None:
+        self.service = service
+        self.reader = reader
+        self.writer = writer
+        self.max_message_size = max_message_size
+        self.peer = writer.get_extra_info("peername")
+        self.connected = False
+        self.producers: dict[int, Producer] = {}
+        self.consumers: dict[int, Consumer] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._handlers: dict[int, Callable[[Frame, Any], Awaitable[None] | None]] = {
+            pb.BaseCommand.PING: self._on_ping,
+            pb.BaseCommand.PONG: lambda frame, body: None,
+            pb.BaseCommand.PARTITIONED_METADATA: self._on_partitioned_metadata,
+            pb.BaseCommand.LOOKUP: self._on_lookup,
+            pb.BaseCommand.PRODUCER: self._on_producer,
+            pb.BaseCommand.SEND: self._on_send,
+            pb.BaseCommand.CLOSE_PRODUCER: self._on_close_producer,
+            pb.BaseCommand.SUBSCRIBE: self._on_subscribe,
+            pb.BaseCommand.FLOW: self._on_flow,
+            pb.BaseCommand.ACK: self._on_ack,
+            pb.BaseCommand.REDELIVER_UNACKNOWLEDGED_MESSAGES: self._on_redeliver,
+            pb.BaseCommand.CLOSE_CONSUMER: self._on_close_consumer,
+            pb.BaseCommand.UNSUBSCRIBE: self._on_unsubscribe,
+            pb.BaseCommand.GET_LAST_MESSAGE_ID: self._on_get_last_message_id,
+        }
+
+    # ------------------------------------------------------------------ the loop
+
+    async def serve(self) -> None:
+        decoder = FrameDecoder(self.max_message_size + FRAME_PADDING)
+        try:
+            while data := await self.reader.read(256 * 1024):
+                for frame in decoder.feed(data):
+                    await self._dispatch(frame)
+        except ProtocolError as exc:
+            log.warning("closing connection from %s: %s", self.peer, exc)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            await self._cleanup()
+
+    async def _dispatch(self, frame: Frame) -> None:
+        body = command_body(frame.command)
+        if not self.connected:
+            if frame.command.type != pb.BaseCommand.CONNECT or body is None:
+                raise ProtocolError("the first command must be CONNECT")
+            self._on_connect(body)
+            return
+        handler = self._handlers.get(frame.command.type)
+        if handler is None:
+            self._refuse_unsupported(frame, body)
+            return
+        try:
+            result = handler(frame, body)
+        except (StripeMQError, ValueError) as exc:
+            self._refuse(frame, body, exc)
+            return
+        if result is not None:
+            task = asyncio.ensure_future(self._guard(frame, body, result))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _guard(self, frame: Frame, body: Any, work: Awaitable[None]) -> None:
+        """Run a request; a refusal or storage failure becomes ERROR for its request id."""
+        try:
+            await work
+        except (StripeMQError, ValueError) as exc:
+            self._refuse(frame, body, exc)
+
+    def _refuse(self, frame: Frame, body: Any, exc: BaseException) -> None:
+        request_id = getattr(body, "request_id", None)
+        name = pb.BaseCommand.Type.Name(frame.command.type)
+        log.info("%s from %s refused: %s", name, self.peer, exc)
+        if request_id is not None:
+            self.write(
+                pb.CommandError(request_id=request_id, error=_server_error(exc), message=str(exc))
+            )
+
+    def _refuse_unsupported(self, frame: Frame, body: Message | None) -> None:
+        name = pb.BaseCommand.Type.Name(frame.command.type)
+        request_id = getattr(body, "request_id", None) if body is not None else None
+        log.info("unsupported command %s from %s", name, self.peer)
+        if request_id is not None:
+            self.write(
+                pb.CommandError(
+                    request_id=request_id,
+                    error=pb.NotAllowedError,
+                    message=f"{name} is not supported",
+                )
+            )
+
+    def write(self, message: Message) -> None:
+        if not self.writer.is_closing():
+            self.writer.write(encode_command(message))
+
+    # ------------------------------------------------------------------ connection
+
+    def _on_connect(self, connect: pb.CommandConnect) -> None:
+        self.connected = True
+        version = min(connect.protocol_version, PROTOCOL_VERSION)
+        self.write(
+            pb.CommandConnected(
+                server_version=SERVER_VERSION,
+                protocol_version=version,
+                max_message_size=self.max_message_size,
+            )
+        )
+
+    def _on_ping(self, frame: Frame, body: pb.CommandPing) -> None:
+        self.write(pb.CommandPong())
+
+    # ------------------------------------------------------------------ discovery
+
+    async def _on_partitioned_metadata(
+        self, frame: Frame, body: pb.CommandPartitionedTopicMetadata
+    ) -> None:
+        TopicName.parse(body.topic)
+        self.write(
+            pb.CommandPartitionedTopicMetadataResponse(
+                partitions=0,
+                request_id=body.request_id,
+                response=pb.CommandPartitionedTopicMetadataResponse.Success,
+            )
+        )
+
+    async def _on_lookup(self, frame: Frame, body: pb.CommandLookupTopic) -> None:
+        TopicName.parse(body.topic)
+        self.write(
+            pb.CommandLookupTopicResponse(
+                brokerServiceUrl=self.service.service_url,
+                response=pb.CommandLookupTopicResponse.Connect,
+                request_id=body.request_id,
+                authoritative=True,
+            )
+        )
+
+    # ------------------------------------------------------------------ producing
+
+    async def _on_producer(self, frame: Frame, body: pb.CommandProducer) -> None:
+        topic = await self.service.get_topic(TopicName.parse(body.topic))
+        name = body.producer_name or f"{SERVER_VERSION}-{id(self) & 0xFFFF:x}-{body.producer_id}"
+        producer = Producer(body.producer_id, name, topic)
+        self.producers[body.producer_id] = producer
+        self.write(
+            pb.CommandProducerSuccess(
+                request_id=body.request_id, producer_name=name, last_sequence_id=-1
+            )
+        )
+
+    def _on_send(self, frame: Frame, body: pb.CommandSend) -> Awaitable[None] | None:
+        producer = self.producers.get(body.producer_id)
+        if producer is None:
+            return self._send_error(body, pb.NotAllowedError, "no such producer")
+        if frame.problem is not None or frame.entry is None:
+            code = pb.ChecksumError if not frame.checksum_ok else pb.UnknownError
+            return self._send_error(body, code, frame.problem or "no entry")
+        # Started now, in frame order: the managed ledger appends in the order it is called.
+        return self._publish(
+            producer, body, asyncio.ensure_future(producer.topic.publish(frame.entry))
+        )
+
+    async def _publish(
+        self, producer: Producer, body: pb.CommandSend, append: asyncio.Future[Any]
+    ) -> None:
+        try:
+            position = await append
+        except (ManagedLedgerError, StripeMQError) as exc:
+            self._send_error(body, _server_error(exc), str(exc))
+            return
+        self.write(
+            pb.CommandSendReceipt(
+                producer_id=body.producer_id,
+                sequence_id=body.sequence_id,
+                highest_sequence_id=body.highest_sequence_id,
+                message_id=pb.MessageIdData(
+                    ledgerId=position.ledger_id,
+                    entryId=position.entry_id,
+                    partition=producer.topic.topic_name.partition_index,
+                ),
+            )
+        )
+
+    def _send_error(self, body: pb.CommandSend, code: int, message: str) -> None:
+        self.write(
+            pb.CommandSendError(
+                producer_id=body.producer_id,
+                sequence_id=body.sequence_id,
+                error=code,
+                message=message,
+            )
+        )
+
+    def _on_close_producer(self, frame: Frame, body: pb.CommandCloseProducer) -> None:
+        self.producers.pop(body.producer_id, None)
+        self.write(pb.CommandSuccess(request_id=body.request_id))
+
+    # ------------------------------------------------------------------ consuming
+
+    async def _on_subscribe(self, frame: Frame, body: pb.CommandSubscribe) -> None:
+        if body.consumer_id in self.consumers:
+            raise BrokerError(pb.ConsumerBusy, f"consumer id {body.consumer_id} is in use")
+        if body.subType not in (pb.CommandSubscribe.Exclusive, pb.CommandSubscribe.Shared):
+            raise BrokerError(
+                pb.NotAllowedError,
+                f"{pb.CommandSubscribe.SubType.Name(body.subType)} is not supported yet",
+            )
+        topic = await self.service.get_topic(TopicName.parse(body.topic))
+        initial = (
+            InitialPosition.EARLIEST
+            if body.initialPosition == pb.CommandSubscribe.Earliest
+            else InitialPosition.LATEST
+        )
+        subscription = await topic.subscribe(body.subscription, body.subType, initial)
+        slot = ConsumerSlot(body.consumer_id, body.consumer_name, body.priority_level)
+        consumer = Consumer(slot, self, subscription)
+        subscription.add_consumer(consumer)
+        self.consumers[body.consumer_id] = consumer
+        self.write(pb.CommandSuccess(request_id=body.request_id))
+
+    def send_message(
+        self, consumer_id: int, message_id: pb.MessageIdData, redelivery_count: int, entry: bytes
+    ) -> None:
+        if self.writer.is_closing():
+            return
+        command = pb.CommandMessage(consumer_id=consumer_id, message_id=message_id)
+        if redelivery_count:
+            command.redelivery_count = redelivery_count
+        self.writer.write(encode_payload_command(command, entry))
+
+    def _consumer(self, consumer_id: int) -> Consumer:
+        consumer = self.consumers.get(consumer_id)
+        if consumer is None:
+            raise BrokerError(pb.ConsumerNotFound, f"no consumer {consumer_id}")
+        return consumer
+
+    def _on_flow(self, frame: Frame, body: pb.CommandFlow) -> None:
+        consumer = self.consumers.get(body.consumer_id)
+        if consumer is not None:
+            consumer.subscription.flow(consumer, body.messagePermits)
+
+    def _on_ack(self, frame: Frame, body: pb.CommandAck) -> None:
+        consumer = self.consumers.get(body.consumer_id)
+        error: BaseException | None = None
+        if consumer is None:
+            error = BrokerError(pb.ConsumerNotFound, f"no consumer {body.consumer_id}")
+        else:
+            try:
+                consumer.subscription.ack(consumer, body)
+            except (StripeMQError, ValueError) as exc:
+                error = exc
+                log.info("ack from %s refused: %s", self.peer, exc)
+        if body.HasField("request_id"):
+            response = pb.CommandAckResponse(
+                consumer_id=body.consumer_id, request_id=body.request_id
+            )
+            if error is not None:
+                response.error = _server_error(error)
+                response.message = str(error)
+            self.write(response)
+
+    def _on_redeliver(self, frame: Frame, body: pb.CommandRedeliverUnacknowledgedMessages) -> None:
+        consumer = self.consumers.get(body.consumer_id)
+        if consumer is not None:
+            consumer.subscription.redeliver(consumer, body.message_ids)
+
+    def _on_close_consumer(self, frame: Frame, body: pb.CommandCloseConsumer) -> None:
+        consumer = self.consumers.pop(body.consumer_id, None)
+        if consumer is not None:
+            consumer.subscription.remove_consumer(consumer)
+        self.write(pb.CommandSuccess(request_id=body.request_id))
+
+    async def _on_unsubscribe(self, frame: Frame, body: pb.CommandUnsubscribe) -> None:
+        consumer = self._consumer(body.consumer_id)
+        subscription: Subscription = consumer.subscription
+        if len(subscription.consumers) > 1:
+            raise BrokerError(pb.ConsumerBusy, "other consumers are still subscribed")
+        subscription.remove_consumer(consumer)
+        self.consumers.pop(body.consumer_id, None)
+        await subscription.topic.unsubscribe(subscription.name)
+        self.write(pb.CommandSuccess(request_id=body.request_id))
+
+    def _on_get_last_message_id(self, frame: Frame, body: pb.CommandGetLastMessageId) -> None:
+        consumer = self.consumers.get(body.consumer_id)
+        if consumer is None:
+            self.write(
+                pb.CommandError(
+                    request_id=body.request_id,
+                    error=pb.ConsumerNotFound,
+                    message="no such consumer",
+                )
+            )
+            return
+        topic = consumer.subscription.topic
+        last = topic.ml.last_confirmed
+        md = consumer.subscription.cursor.mark_delete_position
+        self.write(
+            pb.CommandGetLastMessageIdResponse(
+                request_id=body.request_id,
+                last_message_id=pb.MessageIdData(
+                    ledgerId=max(last.ledger_id, 0),
+                    entryId=last.entry_id & ((1 << 64) - 1),
+                    partition=topic.topic_name.partition_index,
+                ),
+                consumer_mark_delete_position=pb.MessageIdData(
+                    ledgerId=max(md.ledger_id, 0), entryId=md.entry_id & ((1 << 64) - 1)
+                ),
+            )
+        )
+
+    # ------------------------------------------------------------------ cleanup
+
+    async def _cleanup(self) -> None:
+        for consumer in self.consumers.values():
+            consumer.subscription.remove_consumer(consumer)
+        self.consumers.clear()
+        self.producers.clear()
+        for task in list(self._tasks):
+            task.cancel()
+        self.writer.close()
+        with contextlib.suppress(ConnectionError, asyncio.CancelledError):
+            await self.writer.wait_closed()

@@ -1,0 +1,93 @@
+"""Which consumer gets the next entry of a subscription: the dispatch decisions, no I/O.
+
+A ``Dispatcher`` holds each consumer's permits (messages it asked for with FLOW) and the
+entries it was given and has not acknowledged. ``Subscription`` reads entries and asks
+``pick`` where each goes; what a consumer leaves unacknowledged when it goes away comes
+back through ``remove_consumer`` to be delivered again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from stripemq.cursor.position import Position
+
+
+@dataclass
+class ConsumerSlot:
+    """What the dispatcher knows of one consumer."""
+
+    consumer_id: int
+    name: str
+    priority: int = 0
+    permits: int = 0
+    # Entries handed out and not acknowledged: position -> messages in the entry.
+    pending: dict[Position, int] = field(default_factory=dict)
+
+    def take(self, position: Position, messages: int) -> None:
+        self.pending[position] = messages
+        self.permits -= messages
+
+    def acknowledged(self, positions: Iterable[Position]) -> None:
+        for position in positions:
+            self.pending.pop(position, None)
+
+
+class Dispatcher:
+    """Base: consumers in the order they came; subclasses decide who gets an entry."""
+
+    exclusive = False
+
+    def __init__(self) -> None:
+        self.consumers: list[ConsumerSlot] = []
+
+    def add_consumer(self, slot: ConsumerSlot) -> None:
+        self.consumers.append(slot)
+
+    def remove_consumer(self, slot: ConsumerSlot) -> list[Position]:
+        """Drop a consumer; returns the entries it held unacknowledged (to redeliver)."""
+        self.consumers.remove(slot)
+        held = sorted(slot.pending)
+        slot.pending.clear()
+        return held
+
+    def owner_of(self, position: Position) -> ConsumerSlot | None:
+        for slot in self.consumers:
+            if position in slot.pending:
+                return slot
+        return None
+
+    def has_permits(self) -> bool:
+        return any(slot.permits > 0 for slot in self.consumers)
+
+    def pick(self, position: Position, messages: int, key: bytes | None) -> ConsumerSlot | None:
+        raise NotImplementedError
+
+
+class SingleActiveDispatcher(Dispatcher):
+    """Exclusive: one consumer (a second is refused by the subscription)."""
+
+    exclusive = True
+
+    def pick(self, position: Position, messages: int, key: bytes | None) -> ConsumerSlot | None:
+        if self.consumers and self.consumers[0].permits > 0:
+            return self.consumers[0]
+        return None
+
+
+class RoundRobinDispatcher(Dispatcher):
+    """Shared: each entry to the next consumer that has permits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._next = 0
+
+    def pick(self, position: Position, messages: int, key: bytes | None) -> ConsumerSlot | None:
+        count = len(self.consumers)
+        for step in range(count):
+            slot = self.consumers[(self._next + step) % count]
+            if slot.permits > 0:
+                self._next = (self._next + step + 1) % count
+                return slot
+        return None

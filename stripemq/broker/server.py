@@ -1,0 +1,77 @@
+"""The broker's protocol server: accepts client connections on the Pulsar port."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from stripemq.bookie.client import BookKeeper
+from stripemq.broker.connection import ServerConnection
+from stripemq.broker.managed_ledger_config import ManagedLedgerConfig
+from stripemq.broker.service import BrokerService
+from stripemq.metadata import MetadataStore
+from stripemq.proto.frames import DEFAULT_MAX_MESSAGE_SIZE
+
+log = logging.getLogger(__name__)
+
+
+class BrokerServer:
+    """Serves topics over the Pulsar binary protocol on ``host:port`` (0 picks a port)."""
+
+    def __init__(
+        self,
+        store: MetadataStore,
+        bk: BookKeeper,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 6650,
+        advertised_host: str | None = None,
+        ml_config: ManagedLedgerConfig | None = None,
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+    ) -> None:
+        self.store = store
+        self.bk = bk
+        self.host = host
+        self.port = port
+        self.advertised_host = advertised_host or host
+        self.ml_config = ml_config
+        self.max_message_size = max_message_size
+        self.service: BrokerService | None = None
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+
+    @property
+    def service_url(self) -> str:
+        return f"pulsar://{self.advertised_host}:{self.port}"
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._accept, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        self.service = BrokerService(self.store, self.bk, self.service_url, self.ml_config)
+        log.info("broker serving %s", self.service_url)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        assert self.service is not None
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        try:
+            await ServerConnection(self.service, reader, writer, self.max_message_size).serve()
+        except Exception:
+            log.exception("connection from %s failed", writer.get_extra_info("peername"))
+        finally:
+            self._connections.discard(task)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        for task in list(self._connections):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.service is not None:
+            await self.service.close()
+        if self._server is not None:
+            await self._server.wait_closed()

@@ -1,0 +1,162 @@
+"""The broker against the official pulsar-client: real ZooKeeper, bookies and ledgers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pulsar
+import pytest
+
+from stripemq.bookie.client import BookKeeper, ClientConfig
+from stripemq.broker.managed_ledger_config import ManagedLedgerConfig
+from stripemq.broker.server import BrokerServer
+from stripemq.metadata import MetadataStore
+from stripemq.testing.cluster import BookieCluster
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def broker(
+    metadata_url: str, store: MetadataStore, tmp_path: Path
+) -> AsyncIterator[BrokerServer]:
+    async with BookieCluster(metadata_url, tmp_path / "bookies", 2):
+        bk = BookKeeper(store, ClientConfig(explicit_lac_interval_ms=100))
+        await bk.start()
+        server = BrokerServer(
+            store,
+            bk,
+            port=0,
+            ml_config=ManagedLedgerConfig(max_entries_per_ledger=50, min_rollover_time_s=0),
+        )
+        await server.start()
+        try:
+            yield server
+        finally:
+            await server.stop()
+            await bk.close()
+
+
+async def in_thread(work, *args):  # type: ignore[no-untyped-def]
+    return await asyncio.get_running_loop().run_in_executor(None, work, *args)
+
+
+def produce(url: str, topic: str, count: int, batching: bool) -> list[str]:
+    client = pulsar.Client(url, operation_timeout_seconds=10)
+    try:
+        producer = client.create_producer(
+            topic, batching_enabled=batching, batching_max_publish_delay_ms=5
+        )
+        ids = []
+        for i in range(count):
+            producer.send_async(f"message {i}".encode(), lambda r, m: ids.append(str(m)))
+        producer.flush()
+        producer.close()
+        return ids
+    finally:
+        client.close()
+
+
+def consume(url: str, topic: str, sub: str, count: int, ack: bool = True) -> list[str]:
+    client = pulsar.Client(url, operation_timeout_seconds=10)
+    try:
+        consumer = client.subscribe(
+            topic,
+            sub,
+            initial_position=pulsar.InitialPosition.Earliest,
+            consumer_type=pulsar.ConsumerType.Exclusive,
+        )
+        got = []
+        for _ in range(count):
+            message = consumer.receive(timeout_millis=10_000)
+            got.append(message.data().decode())
+            if ack:
+                consumer.acknowledge(message)
+        consumer.close()
+        return got
+    finally:
+        client.close()
+
+
+def nothing_left(url: str, topic: str, sub: str) -> bool:
+    client = pulsar.Client(url, operation_timeout_seconds=10)
+    try:
+        consumer = client.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Exclusive)
+        try:
+            consumer.receive(timeout_millis=1000)
+        except pulsar.Timeout:
+            return True
+        return False
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("batching", [False, True])
+async def test_produce_and_consume_with_the_official_client(
+    broker: BrokerServer, batching: bool
+) -> None:
+    url = broker.service_url
+    topic = f"persistent://public/default/interop-{batching}"
+    # The subscription exists before the messages: without one (and without retention)
+    # a topic keeps nothing it has rolled past, as in Pulsar.
+    assert await in_thread(nothing_left, url, topic, "sub")
+    ids = await in_thread(produce, url, topic, 200, batching)
+    assert len(ids) == 200
+    got = await in_thread(consume, url, topic, "sub", 200)
+    assert got == [f"message {i}" for i in range(200)]
+    assert await in_thread(nothing_left, url, topic, "sub")  # acks were persisted
+
+
+def shared_round(url: str, topic: str) -> tuple[list[str], list[str], list[str]]:
+    """Two Shared consumers split the messages; one leaves without acking its share."""
+    client = pulsar.Client(url, operation_timeout_seconds=10)
+    try:
+        first = client.subscribe(
+            topic, "shared", consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=10
+        )
+        second = client.subscribe(
+            topic, "shared", consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=10
+        )
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(40):
+            producer.send(f"m{i}".encode())
+        got_first = []
+        for _ in range(5):
+            got_first.append(first.receive(timeout_millis=10_000).data().decode())
+        first.close()  # without acknowledging: its messages go to the other consumer
+        got_second = []
+        while True:
+            try:
+                message = second.receive(timeout_millis=2000)
+            except pulsar.Timeout:
+                break
+            got_second.append(message.data().decode())
+            second.acknowledge(message)
+        return got_first, got_second, []
+    finally:
+        client.close()
+
+
+async def test_shared_consumers_split_messages_and_inherit_unacked_ones(
+    broker: BrokerServer,
+) -> None:
+    first, second, _ = await in_thread(shared_round, broker.service_url, "shared-topic")
+    assert len(first) == 5
+    assert sorted(second, key=lambda m: int(m[1:])) == [f"m{i}" for i in range(40)]
+
+
+async def test_garbage_closes_that_connection_only(broker: BrokerServer) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", broker.port)
+    writer.write(b"\x00\x00\x00\x08\x00\x00\x00\x04GET ")
+    await writer.drain()
+    assert await asyncio.wait_for(reader.read(), 10) == b""  # closed by the broker
+    writer.close()
+    reader, writer = await asyncio.open_connection("127.0.0.1", broker.port)
+    writer.write(b"\x7f\xff\xff\xff")  # a 2 GB frame
+    await writer.drain()
+    assert await asyncio.wait_for(reader.read(), 10) == b""
+    writer.close()
+    url = broker.service_url
+    assert await in_thread(nothing_left, url, "after-garbage", "sub")  # still serving
