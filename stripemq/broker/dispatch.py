@@ -38,6 +38,9 @@ class Dispatcher:
     """Base: consumers in the order they came; subclasses decide who gets an entry."""
 
     exclusive = False
+    # Whether an entry that cannot go out now may wait while later ones go (Key_Shared);
+    # otherwise everything waits, in order, until a consumer has permits.
+    skips_blocked = False
 
     def __init__(self) -> None:
         self.consumers: list[ConsumerSlot] = []
@@ -57,6 +60,16 @@ class Dispatcher:
             if position in slot.pending:
                 return slot
         return None
+
+    def released(self, slot: ConsumerSlot, positions: list[Position]) -> None:
+        """A consumer acknowledged (or gave back) these entries."""
+
+    def returned(self, slot: ConsumerSlot, positions: list[Position]) -> None:
+        """A consumer gave these entries back, to be delivered again."""
+        self.released(slot, positions)
+
+    def forget(self, position: Position) -> None:
+        """An entry waiting for delivery is gone (acknowledged meanwhile, or trimmed)."""
 
     def has_permits(self) -> bool:
         return any(slot.permits > 0 for slot in self.consumers)
