@@ -260,23 +260,30 @@ class ServerConnection:
     async def _on_subscribe(self, frame: Frame, body: pb.CommandSubscribe) -> None:
         if body.consumer_id in self.consumers:
             raise BrokerError(pb.ConsumerBusy, f"consumer id {body.consumer_id} is in use")
-        if body.subType not in (pb.CommandSubscribe.Exclusive, pb.CommandSubscribe.Shared):
-            raise BrokerError(
-                pb.NotAllowedError,
-                f"{pb.CommandSubscribe.SubType.Name(body.subType)} is not supported yet",
-            )
+        if not body.durable:
+            raise BrokerError(pb.NotAllowedError, "non-durable subscriptions are not supported yet")
         topic = await self.service.get_topic(TopicName.parse(body.topic))
         initial = (
             InitialPosition.EARLIEST
             if body.initialPosition == pb.CommandSubscribe.Earliest
             else InitialPosition.LATEST
         )
-        subscription = await topic.subscribe(body.subscription, body.subType, initial)
+        meta = body.keySharedMeta if body.HasField("keySharedMeta") else None
+        sticky = meta is not None and meta.keySharedMode == pb.STICKY
+        ranges = [(r.start, r.end) for r in meta.hashRanges] if meta is not None else None
+        subscription = await topic.subscribe(body.subscription, body.subType, initial, sticky)
         slot = ConsumerSlot(body.consumer_id, body.consumer_name, body.priority_level)
         consumer = Consumer(slot, self, subscription)
-        subscription.add_consumer(consumer)
         self.consumers[body.consumer_id] = consumer
+        try:
+            subscription.add_consumer(consumer, ranges)
+        except BaseException:
+            self.consumers.pop(body.consumer_id, None)
+            raise
         self.write(pb.CommandSuccess(request_id=body.request_id))
+
+    def send_active_change(self, consumer_id: int, is_active: bool) -> None:
+        self.write(pb.CommandActiveConsumerChange(consumer_id=consumer_id, is_active=is_active))
 
     def send_message(
         self, consumer_id: int, message_id: pb.MessageIdData, redelivery_count: int, entry: bytes

@@ -104,3 +104,24 @@ class RoundRobinDispatcher(Dispatcher):
                 self._next = (self._next + step + 1) % count
                 return slot
         return None
+
+
+class FailoverDispatcher(Dispatcher):
+    """Failover: one active consumer, by priority level then name; on a partition, the
+    partitions spread over the consumers (partition index modulo their count)."""
+
+    exclusive = True  # a change of active consumer rewinds to the first unacked entry
+
+    def __init__(self, partition_index: int = -1) -> None:
+        super().__init__()
+        self.partition_index = partition_index
+
+    def active(self) -> ConsumerSlot | None:
+        if not self.consumers:
+            return None
+        ordered = sorted(self.consumers, key=lambda slot: (slot.priority, slot.name))
+        return ordered[max(self.partition_index, 0) % len(ordered)]
+
+    def pick(self, position: Position, messages: int, key: bytes | None) -> ConsumerSlot | None:
+        active = self.active()
+        return active if active is not None and active.permits > 0 else None

@@ -15,12 +15,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from stripemq.broker.delivery import Delivery, DeliveryState, EntryInfo
 from stripemq.broker.dispatch import (
     ConsumerSlot,
     Dispatcher,
+    FailoverDispatcher,
     RoundRobinDispatcher,
     SingleActiveDispatcher,
 )
+from stripemq.broker.key_shared import ConsumerAssignError, KeySharedDispatcher
 from stripemq.broker.managed_ledger import InitialPosition, ManagedLedger
 from stripemq.broker.topic_name import TopicName
 from stripemq.cursor.managed_cursor import ManagedCursor
@@ -32,6 +35,7 @@ from stripemq.proto.frames import parse_entry
 log = logging.getLogger(__name__)
 
 READ_BATCH = 100
+NO_KEY = b"NONE_KEY"  # what Pulsar hashes for a message without a key
 SubType = pb.CommandSubscribe.SubType
 
 
@@ -50,6 +54,8 @@ class MessageSink(Protocol):
         self, consumer_id: int, message_id: pb.MessageIdData, redelivery_count: int, entry: bytes
     ) -> None: ...
 
+    def send_active_change(self, consumer_id: int, is_active: bool) -> None: ...
+
 
 @dataclass
 class Producer:
@@ -67,32 +73,70 @@ class Consumer:
     subscription: Subscription
 
 
+def make_dispatcher(sub_type: int, partition_index: int, sticky: bool) -> Dispatcher:
+    if sub_type == SubType.Shared:
+        return RoundRobinDispatcher()
+    if sub_type == SubType.Failover:
+        return FailoverDispatcher(partition_index)
+    if sub_type == SubType.Key_Shared:
+        return KeySharedDispatcher(sticky=sticky)
+    return SingleActiveDispatcher()
+
+
+def entry_info(position: Position, data: bytes) -> EntryInfo:
+    """Messages in the entry and its key (ordering key, else partition key)."""
+    metadata, _payload, _problem = parse_entry(data)
+    if metadata is None:
+        return EntryInfo(position, 1, NO_KEY)
+    messages = (
+        max(1, metadata.num_messages_in_batch) if metadata.HasField("num_messages_in_batch") else 1
+    )
+    if metadata.HasField("ordering_key"):
+        key = metadata.ordering_key
+    elif metadata.HasField("partition_key"):
+        key = metadata.partition_key.encode()
+    else:
+        key = NO_KEY
+    return EntryInfo(position, messages, key)
+
+
 class Subscription:
     """A named cursor and the dispatch loop that feeds its consumers."""
 
-    def __init__(self, topic: PersistentTopic, cursor: ManagedCursor, sub_type: int) -> None:
+    def __init__(
+        self, topic: PersistentTopic, cursor: ManagedCursor, sub_type: int, sticky: bool = False
+    ) -> None:
         self.topic = topic
         self.cursor = cursor
         self.name = cursor.name
         self.sub_type = sub_type
-        self.dispatcher: Dispatcher = (
-            RoundRobinDispatcher() if sub_type == SubType.Shared else SingleActiveDispatcher()
-        )
+        self.dispatcher = make_dispatcher(sub_type, topic.topic_name.partition_index, sticky)
+        self.delivery = DeliveryState(self.dispatcher, cursor.is_acked)
         self.consumers: dict[int, Consumer] = {}
-        self._redeliver: set[Position] = set()
-        self._redelivery_counts: dict[Position, int] = {}
+        self._active: ConsumerSlot | None = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
-    def add_consumer(self, consumer: Consumer) -> None:
-        if self.dispatcher.exclusive and self.dispatcher.consumers:
+    # ------------------------------------------------------------------ consumers
+
+    def add_consumer(
+        self, consumer: Consumer, hash_ranges: list[tuple[int, int]] | None = None
+    ) -> None:
+        if self.sub_type == SubType.Exclusive and self.dispatcher.consumers:
             raise BrokerError(
                 pb.ConsumerBusy, f"subscription {self.name} already has a consumer (Exclusive)"
             )
-        if self.dispatcher.exclusive:
-            self.cursor.state.rewind()  # a new exclusive consumer starts at the first unacked
-        self.dispatcher.add_consumer(consumer.slot)
+        if isinstance(self.dispatcher, KeySharedDispatcher):
+            try:
+                self.dispatcher.add_consumer(consumer.slot, hash_ranges)
+            except ConsumerAssignError as exc:
+                raise BrokerError(pb.ConsumerAssignError, str(exc)) from None
+        else:
+            if self.sub_type == SubType.Exclusive:
+                self.cursor.state.rewind()  # a new exclusive consumer starts at the first unacked
+            self.dispatcher.add_consumer(consumer.slot)
         self.consumers[consumer.slot.consumer_id] = consumer
+        self._active_may_have_changed()
         if self._task is None:
             self._task = asyncio.ensure_future(self._dispatch_loop())
         self._wake.set()
@@ -100,10 +144,24 @@ class Subscription:
     def remove_consumer(self, consumer: Consumer) -> None:
         if self.consumers.pop(consumer.slot.consumer_id, None) is None:
             return
-        held = self.dispatcher.remove_consumer(consumer.slot)
-        if not self.dispatcher.exclusive:  # an exclusive one's successor rewinds instead
-            self._redeliver.update(p for p in held if not self.cursor.is_acked(p))
+        self.delivery.consumer_removed(consumer.slot)
+        self._active_may_have_changed()
         self._wake.set()
+
+    def _active_may_have_changed(self) -> None:
+        """Failover: tell everyone who is active; the new active one starts at the first
+        unacknowledged entry (what the old one held comes to it)."""
+        if not isinstance(self.dispatcher, FailoverDispatcher):
+            return
+        active = self.dispatcher.active()
+        if active is self._active:
+            return
+        previous, self._active = self._active, active
+        if previous is not None:
+            previous.pending.clear()
+        self.cursor.state.rewind()
+        for consumer in self.consumers.values():
+            consumer.sink.send_active_change(consumer.slot.consumer_id, consumer.slot is active)
 
     def flow(self, consumer: Consumer, permits: int) -> None:
         consumer.slot.permits += permits
@@ -114,34 +172,39 @@ class Subscription:
         if ack.ack_type == pb.CommandAck.Cumulative:
             if len(positions) != 1:
                 raise BrokerError(pb.NotAllowedError, "a cumulative ack names one message")
-            if self.sub_type == SubType.Shared:
-                raise BrokerError(pb.NotAllowedError, "cumulative ack on a Shared subscription")
+            if self.sub_type in (SubType.Shared, SubType.Key_Shared):
+                raise BrokerError(
+                    pb.NotAllowedError,
+                    f"cumulative ack on a {SubType.Name(self.sub_type)} subscription",
+                )
             position = positions[0]
             self.cursor.ack_cumulative(position)
-            consumer.slot.acknowledged([p for p in consumer.slot.pending if p <= position])
+            done = [p for p in consumer.slot.pending if p <= position]
+            self.delivery.acknowledged(consumer.slot, done)
+            self._wake.set()
             return
         whole = []
         for message_id, position in zip(ack.message_id, positions, strict=True):
             if message_id.ack_set and message_id.HasField("batch_size"):
                 remaining = _bits_of(message_id.ack_set, message_id.batch_size)
-                done = [i for i, unacked in enumerate(remaining) if not unacked]
-                if self.cursor.ack_batch(position, done, message_id.batch_size):
+                done_indexes = [i for i, unacked in enumerate(remaining) if not unacked]
+                if self.cursor.ack_batch(position, done_indexes, message_id.batch_size):
                     whole.append(position)
             else:
                 whole.append(position)
         self.cursor.ack(whole)
-        consumer.slot.acknowledged(whole)
-        for position in whole:
-            self._redelivery_counts.pop(position, None)
+        self.delivery.acknowledged(consumer.slot, whole)
+        self._wake.set()  # a draining Key_Shared hash may be free now
 
     def redeliver(self, consumer: Consumer, message_ids: Iterable[pb.MessageIdData]) -> None:
         """The consumer gives entries back (negative ack, ack timeout, or all of them)."""
-        wanted = [Position(m.ledgerId, m.entryId) for m in message_ids]
-        if not wanted:
-            wanted = list(consumer.slot.pending)
-        for position in wanted:
-            if consumer.slot.pending.pop(position, None) is not None:
-                self._redeliver.add(position)
+        positions = [Position(m.ledgerId, m.entryId) for m in message_ids]
+        if self.dispatcher.exclusive:
+            # One consumer reads in order: give back means read again from the first unacked.
+            consumer.slot.pending.clear()
+            self.cursor.state.rewind()
+        else:
+            self.delivery.give_back(consumer.slot, positions)
         self._wake.set()
 
     async def close(self) -> None:
@@ -154,88 +217,71 @@ class Subscription:
     # ------------------------------------------------------------------ dispatching
 
     async def _dispatch_loop(self) -> None:
-        ml = self.topic.ml
         while True:
             if not self.dispatcher.has_permits():
                 await self._wait_for_wake()
                 continue
             try:
-                if self._redeliver:
-                    delivered = await self._redeliver_some()
-                else:
-                    delivered = await self._deliver_new()
+                progressed = False
+                if self.delivery.replay_pending:
+                    progressed = await self._deliver_replays()
+                read_any = True
+                if self.dispatcher.has_permits():
+                    read_any, moved = await self._deliver_new()
+                    progressed = progressed or moved
             except ManagedLedgerError as exc:
                 log.warning("subscription %s on %s: %s", self.name, self.topic.name, exc)
                 await asyncio.sleep(0.5)
                 continue
-            if not delivered:
-                if self._redeliver:
-                    await self._wait_for_wake()  # no consumer can take them right now
-                    continue
+            if not read_any and not progressed:
                 after = Position(
                     self.cursor.read_position.ledger_id, self.cursor.read_position.entry_id - 1
                 )
-                await self._wait_for_entries_or_wake(ml, after)
+                await self._wait_for_entries_or_wake(self.topic.ml, after)
+            elif not progressed:
+                await self._wait_for_wake()
 
-    async def _deliver_new(self) -> bool:
+    async def _deliver_replays(self) -> bool:
+        infos: list[EntryInfo] = []
+        data: dict[Position, bytes] = {}
+        for position in self.delivery.replay_positions(READ_BATCH):
+            found = await self.topic.ml.read_entries(position, 1)
+            if not found or found[0].position != position:
+                self.delivery.drop_replay(position)  # trimmed: acknowledged meanwhile
+                continue
+            infos.append(entry_info(position, found[0].data))
+            data[position] = found[0].data
+        plan = self.delivery.plan(infos, replay=True)
+        self._send(plan.deliveries, data)
+        return bool(plan.deliveries)
+
+    async def _deliver_new(self) -> tuple[bool, bool]:
+        """``(read anything, moved on)``."""
         start = self.cursor.state.first_unacked_from(self.cursor.read_position)
         entries = await self.topic.ml.read_entries(start, READ_BATCH)
-        sent = False
-        for entry in entries:
-            if self.cursor.is_acked(entry.position) or self.dispatcher.owner_of(entry.position):
-                self.cursor.state.advance_read(entry.position)
-                continue
-            if not self._send(entry.position, entry.data, redelivery=False):
-                break
-            self.cursor.state.advance_read(entry.position)
-            sent = True
-        return sent
+        if not entries:
+            return False, False
+        data = {entry.position: entry.data for entry in entries}
+        plan = self.delivery.plan([entry_info(e.position, e.data) for e in entries], replay=False)
+        self._send(plan.deliveries, data)
+        if plan.consumed_through is not None:
+            self.cursor.state.advance_read(plan.consumed_through)
+        return True, plan.consumed_through is not None
 
-    async def _redeliver_some(self) -> bool:
-        sent = False
-        for position in sorted(self._redeliver)[:READ_BATCH]:
-            if self.cursor.is_acked(position):
-                self._redeliver.discard(position)
-                continue
-            [entry] = await self.topic.ml.read_entries(position, 1) or [None]
-            if entry is None or entry.position != position:
-                self._redeliver.discard(position)  # trimmed: acknowledged meanwhile
-                continue
-            if not self._send(position, entry.data, redelivery=True):
-                break
-            self._redeliver.discard(position)
-            sent = True
-        return sent
-
-    def _send(self, position: Position, data: bytes, *, redelivery: bool) -> bool:
-        metadata, _payload, problem = parse_entry(data)
-        messages = 1
-        key: bytes | None = None
-        if metadata is not None:
-            if metadata.HasField("num_messages_in_batch"):
-                messages = max(1, metadata.num_messages_in_batch)
-            key = metadata.ordering_key or metadata.partition_key.encode() or None
-        elif problem:
-            log.warning("entry %s of %s is unreadable (%s)", position, self.topic.name, problem)
-        slot = self.dispatcher.pick(position, messages, key)
-        if slot is None:
-            return False
-        consumer = self.consumers[slot.consumer_id]
-        if redelivery:
-            self._redelivery_counts[position] = self._redelivery_counts.get(position, 0) + 1
-        slot.take(position, messages)
-        message_id = pb.MessageIdData(
-            ledgerId=position.ledger_id,
-            entryId=position.entry_id,
-            partition=self.topic.topic_name.partition_index,
-        )
-        bits = self.cursor.state.ack_set(position)
-        if bits is not None:
-            message_id.ack_set.extend(_words_of(bits.tolist()))
-        consumer.sink.send_message(
-            slot.consumer_id, message_id, self._redelivery_counts.get(position, 0), data
-        )
-        return True
+    def _send(self, deliveries: list[Delivery], data: dict[Position, bytes]) -> None:
+        partition = self.topic.topic_name.partition_index
+        for delivery in deliveries:
+            position = delivery.position
+            message_id = pb.MessageIdData(
+                ledgerId=position.ledger_id, entryId=position.entry_id, partition=partition
+            )
+            bits = self.cursor.state.ack_set(position)
+            if bits is not None:
+                message_id.ack_set.extend(_words_of(bits.tolist()))
+            consumer = self.consumers[delivery.slot.consumer_id]
+            consumer.sink.send_message(
+                delivery.slot.consumer_id, message_id, delivery.redelivery_count, data[position]
+            )
 
     async def _wait_for_wake(self) -> None:
         await self._wake.wait()
@@ -284,13 +330,15 @@ class PersistentTopic:
     async def publish(self, entry: bytes) -> Position:
         return await self.ml.add_entry(entry)
 
-    async def subscribe(self, name: str, sub_type: int, initial: InitialPosition) -> Subscription:
+    async def subscribe(
+        self, name: str, sub_type: int, initial: InitialPosition, sticky: bool = False
+    ) -> Subscription:
         subscription = self.subscriptions.get(name)
         if subscription is None:
             cursor = await self.ml.open_cursor(name, initial)
             subscription = self.subscriptions.get(name)  # opened meanwhile by another
             if subscription is None:
-                subscription = Subscription(self, cursor, sub_type)
+                subscription = Subscription(self, cursor, sub_type, sticky)
                 self.subscriptions[name] = subscription
         elif subscription.sub_type != sub_type and subscription.consumers:
             raise BrokerError(
@@ -298,8 +346,10 @@ class PersistentTopic:
                 f"subscription {name} is {SubType.Name(subscription.sub_type)}, "
                 f"not {SubType.Name(sub_type)}",
             )
-        else:
-            subscription.sub_type = sub_type
+        elif subscription.sub_type != sub_type:  # no consumers left: it takes the new type
+            await subscription.close()
+            subscription = Subscription(self, subscription.cursor, sub_type, sticky)
+            self.subscriptions[name] = subscription
         return subscription
 
     async def unsubscribe(self, name: str) -> None:

@@ -160,3 +160,74 @@ async def test_garbage_closes_that_connection_only(broker: BrokerServer) -> None
     writer.close()
     url = broker.service_url
     assert await in_thread(nothing_left, url, "after-garbage", "sub")  # still serving
+
+
+def failover_round(url: str, topic: str) -> tuple[list[str], list[str]]:
+    client = pulsar.Client(url, operation_timeout_seconds=10)
+    try:
+        kwargs = dict(consumer_type=pulsar.ConsumerType.Failover, receiver_queue_size=5)
+        second = client.subscribe(topic, "fo", consumer_name="b-standby", **kwargs)
+        first = client.subscribe(topic, "fo", consumer_name="a-active", **kwargs)
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(30):
+            producer.send(f"m{i}".encode())
+        got_first = []
+        for _ in range(10):
+            message = first.receive(timeout_millis=10_000)
+            got_first.append(message.data().decode())
+            first.acknowledge(message)
+        with pytest.raises(pulsar.Timeout):
+            second.receive(timeout_millis=500)  # standing by
+        first.close()
+        got_second = []
+        for _ in range(20):
+            message = second.receive(timeout_millis=10_000)
+            got_second.append(message.data().decode())
+            second.acknowledge(message)
+        return got_first, got_second
+    finally:
+        client.close()
+
+
+async def test_failover_has_one_active_consumer_and_hands_over(broker: BrokerServer) -> None:
+    first, second = await in_thread(failover_round, broker.service_url, "failover-topic")
+    assert first == [f"m{i}" for i in range(10)]
+    assert second == [f"m{i}" for i in range(10, 30)]
+
+
+def key_shared_round(url: str, topic: str) -> dict[str, list[tuple[str, int]]]:
+    client = pulsar.Client(url, operation_timeout_seconds=10)
+    try:
+        consumers = [
+            client.subscribe(
+                topic, "ks", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name=f"c{i}"
+            )
+            for i in range(3)
+        ]
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(300):
+            producer.send(f"{i}".encode(), partition_key=f"key-{i % 10}")
+        seen: dict[str, list[tuple[str, int]]] = {}
+        for index, consumer in enumerate(consumers):
+            while True:
+                try:
+                    message = consumer.receive(timeout_millis=1500)
+                except pulsar.Timeout:
+                    break
+                seen.setdefault(message.partition_key(), []).append(
+                    (f"c{index}", int(message.data()))
+                )
+                consumer.acknowledge(message)
+        return seen
+    finally:
+        client.close()
+
+
+async def test_key_shared_keeps_each_key_on_one_consumer_in_order(broker: BrokerServer) -> None:
+    seen = await in_thread(key_shared_round, broker.service_url, "key-shared-topic")
+    assert sorted(seen) == [f"key-{k}" for k in range(10)]
+    for key, deliveries in seen.items():
+        assert len({consumer for consumer, _ in deliveries}) == 1, key
+        values = [value for _, value in deliveries]
+        assert values == sorted(values) and len(values) == 30
+    assert len({c for d in seen.values() for c, _ in d}) >= 2  # keys spread over consumers
