@@ -68,6 +68,17 @@ def parse_overrides(pairs: Iterable[str]) -> dict[str, str]:
     return result
 
 
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """The settings in a TOML file; ``ConfigError`` if it cannot be read or parsed."""
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+
+
 def load_config(
     cls: type[T],
     path: str | Path | None = None,
@@ -81,13 +92,7 @@ def load_config(
     values: dict[str, Any] = {}
     sources: list[tuple[str, Mapping[str, Any]]] = []
     if path is not None:
-        try:
-            with open(path, "rb") as handle:
-                sources.append((str(path), tomllib.load(handle)))
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc}") from exc
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+        sources.append((str(path), read_toml(path)))
     if overrides:
         sources.append(("overrides", overrides))
     for origin, mapping in sources:

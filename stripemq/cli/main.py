@@ -1,5 +1,5 @@
-"""``stripemq`` entry point: ``standalone``, ``bookie``, ``autorecovery`` and ``shell`` (more
-roles come with their issues)."""
+"""``stripemq`` entry point: ``standalone``, ``broker``, ``bookie``, ``autorecovery`` and
+``shell`` (more roles come with their issues)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Protocol
 
 from stripemq.bookie.autorecovery import (
     AutoRecoveryConfig,
@@ -21,10 +22,13 @@ from stripemq.bookie.autorecovery import (
 )
 from stripemq.bookie.config import BookieConfig
 from stripemq.bookie.server import BookieServer
+from stripemq.broker.app import BrokerApp
+from stripemq.broker.config import BrokerConfig
 from stripemq.cli.shell import add_shell_parser, run_shell
 from stripemq.config import load_config, parse_overrides
 from stripemq.errors import StripeMQError
 from stripemq.metadata import create_metadata_store
+from stripemq.standalone import Standalone, StandalonePorts
 
 log = logging.getLogger("stripemq.cli")
 
@@ -47,11 +51,20 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     standalone = sub.add_parser(
-        "standalone", help="embedded metadata store and one bookie in one process"
+        "standalone", help="embedded metadata store, one bookie and one broker in one process"
     )
     standalone.add_argument("--data-dir", default="data/standalone", type=os.path.abspath)
+    standalone.add_argument("--broker-port", type=int, default=6650)
+    standalone.add_argument("--web-port", type=int, default=8080)
     standalone.add_argument("--bookie-port", type=int, default=3181)
     _add_common(standalone)
+
+    broker = sub.add_parser("broker", help="run a broker (Pulsar protocol on 6650)")
+    broker.add_argument("--metadata", help="metadata service URL, e.g. zk://127.0.0.1:2181/")
+    broker.add_argument("--port", type=int, help="Pulsar protocol port (default 6650)")
+    broker.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    broker.add_argument("--advertised-address", help="host clients are told to connect to")
+    _add_common(broker)
 
     bookie = sub.add_parser("bookie", help="run a bookie (storage node)")
     bookie.add_argument("--metadata", help="metadata service URL, e.g. zk://127.0.0.1:2181/")
@@ -97,8 +110,14 @@ def _bookie_config(args: argparse.Namespace) -> BookieConfig:
     return load_config(BookieConfig, args.conf, overrides)
 
 
+class _Service(Protocol):
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
 async def _serve_until_signalled(
-    server: BookieServer | AutoRecoveryService,
+    server: _Service,
     cleanup: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
     stop = asyncio.Event()
@@ -157,20 +176,24 @@ async def _run_autorecovery(args: argparse.Namespace) -> None:
 
 
 async def _run_standalone(args: argparse.Namespace) -> None:
-    data_dir = Path(args.data_dir)
-    metadata_url = f"local://{data_dir / 'metadata'}"
-    store = create_metadata_store(metadata_url)
-    await store.start()
-    overrides: dict[str, object] = {
-        "metadata_service_uri": metadata_url,
-        "bookie_port": args.bookie_port,
-        "data_dir": str(data_dir / "bookie"),
-    }
+    ports = StandalonePorts(broker=args.broker_port, web=args.web_port, bookie=args.bookie_port)
+    standalone = Standalone(Path(args.data_dir), ports, args.conf, parse_overrides(args.overrides))
+    await _serve_until_signalled(standalone)
+
+
+async def _run_broker(args: argparse.Namespace) -> None:
+    overrides: dict[str, object] = {}
+    for option, setting in (
+        ("metadata", "metadata_service_uri"),
+        ("port", "broker_service_port"),
+        ("host", "bind_address"),
+        ("advertised_address", "advertised_address"),
+    ):
+        value = getattr(args, option, None)
+        if value is not None:
+            overrides[setting] = value
     overrides.update(parse_overrides(args.overrides))
-    config = load_config(BookieConfig, args.conf, overrides)
-    server = BookieServer(config, store=store)
-    log.info("standalone: metadata %s, bookie on %s", metadata_url, config.bookie_id)
-    await _serve_until_signalled(server, cleanup=store.close)
+    await _serve_until_signalled(BrokerApp(load_config(BrokerConfig, args.conf, overrides)))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -181,6 +204,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     runners = {
         "standalone": _run_standalone,
+        "broker": _run_broker,
         "bookie": _run_bookie,
         "autorecovery": _run_autorecovery,
         "shell": run_shell,

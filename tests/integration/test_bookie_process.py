@@ -373,6 +373,8 @@ async def test_standalone_runs_a_bookie_with_embedded_metadata(tmp_path: Path) -
                 str(tmp_path / "data"),
                 "--bookie-port",
                 str(port),
+                "--broker-port",
+                str(free_port()),
                 "-c",
                 f"stats_http_port={free_port()}",
             ],

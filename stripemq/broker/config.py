@@ -1,0 +1,78 @@
+"""Broker settings. Names follow Pulsar's ``broker.conf`` in snake_case."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stripemq.broker.managed_ledger_config import ManagedLedgerConfig
+from stripemq.cursor.config import CursorConfig
+from stripemq.errors import ConfigError
+
+MiB = 1024 * 1024
+
+
+@dataclass
+class BrokerConfig:
+    """Everything a broker process needs; loaded with ``stripemq.config.load_config``."""
+
+    metadata_service_uri: str = "memory://"
+    bind_address: str = "127.0.0.1"
+    broker_service_port: int = 6650
+    web_service_port: int = 8080
+    # Host clients are told to connect to (lookups); defaults to bind_address.
+    advertised_address: str | None = None
+    zk_session_timeout_ms: int = 30_000
+    max_message_size: int = 5 * MiB
+
+    # Topic storage (managedLedger* settings).
+    managed_ledger_default_ensemble_size: int = 2
+    managed_ledger_default_write_quorum: int = 2
+    managed_ledger_default_ack_quorum: int = 2
+    managed_ledger_max_entries_per_ledger: int = 50_000
+    managed_ledger_max_size_per_ledger_mbytes: int = 2048
+    managed_ledger_min_ledger_rollover_time_minutes: float = 10
+    managed_ledger_max_ledger_rollover_time_minutes: float = 240
+    managed_ledger_cache_size_mb: int = 64
+    # Retention of ledgers every subscription has passed (-1: for ever).
+    default_retention_time_in_minutes: float = 0
+    default_retention_size_in_mb: int = 0
+    # Cursors.
+    managed_ledger_default_mark_delete_rate_limit: float = 1.0  # snapshots per second
+    managed_ledger_cursor_max_entries_per_ledger: int = 50_000
+    managed_ledger_max_unacked_ranges_to_persist_in_metadata_store: int = 1000
+
+    def validate(self) -> None:
+        if not 0 <= self.broker_service_port < 65536:
+            raise ConfigError(f"broker_service_port {self.broker_service_port} out of range")
+        if self.max_message_size < 1024:
+            raise ConfigError("max_message_size must be at least 1024")
+        if self.managed_ledger_default_mark_delete_rate_limit <= 0:
+            raise ConfigError("managed_ledger_default_mark_delete_rate_limit must be > 0")
+        self.managed_ledger_config().validate()
+
+    def managed_ledger_config(self) -> ManagedLedgerConfig:
+        retention_time = self.default_retention_time_in_minutes
+        retention_size = self.default_retention_size_in_mb
+        return ManagedLedgerConfig(
+            ensemble_size=self.managed_ledger_default_ensemble_size,
+            write_quorum_size=self.managed_ledger_default_write_quorum,
+            ack_quorum_size=self.managed_ledger_default_ack_quorum,
+            max_entries_per_ledger=self.managed_ledger_max_entries_per_ledger,
+            max_size_per_ledger_bytes=self.managed_ledger_max_size_per_ledger_mbytes * MiB,
+            min_rollover_time_s=self.managed_ledger_min_ledger_rollover_time_minutes * 60,
+            max_rollover_time_s=self.managed_ledger_max_ledger_rollover_time_minutes * 60,
+            retention_time_s=retention_time * 60 if retention_time >= 0 else -1,
+            retention_size_bytes=retention_size * MiB if retention_size >= 0 else -1,
+            cache_size_bytes=self.managed_ledger_cache_size_mb * MiB,
+            max_entry_bytes=self.max_message_size,
+            cursor=CursorConfig(
+                ensemble_size=self.managed_ledger_default_ensemble_size,
+                write_quorum_size=self.managed_ledger_default_write_quorum,
+                ack_quorum_size=self.managed_ledger_default_ack_quorum,
+                snapshot_interval_ms=int(1000 / self.managed_ledger_default_mark_delete_rate_limit),
+                max_entries_per_ledger=self.managed_ledger_cursor_max_entries_per_ledger,
+                max_ranges_in_metadata=(
+                    self.managed_ledger_max_unacked_ranges_to_persist_in_metadata_store
+                ),
+            ),
+        )

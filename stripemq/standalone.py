@@ -1,0 +1,105 @@
+"""``stripemq standalone``: the embedded metadata store, one bookie and one broker in one
+process, everything under one data directory."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from stripemq.bookie.config import BookieConfig
+from stripemq.bookie.server import BookieServer
+from stripemq.broker.app import BrokerApp
+from stripemq.broker.config import BrokerConfig
+from stripemq.config import load_config, read_toml
+from stripemq.errors import ConfigError
+from stripemq.metadata import MetadataStore, create_metadata_store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StandalonePorts:
+    broker: int = 6650
+    web: int = 8080
+    bookie: int = 3181
+
+
+class Standalone:
+    """Start the store, then the bookie, then the broker; stop in the reverse order."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        ports: StandalonePorts,
+        conf: str | None = None,
+        overrides: dict[str, object] | None = None,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.metadata_url = f"local://{self.data_dir / 'metadata'}"
+        # One file and one set of -c options for both roles: each setting goes to the role
+        # that has it.
+        settings: dict[str, object] = dict(read_toml(conf)) if conf else {}
+        settings.update(overrides or {})
+        bookie_fields = set(BookieConfig.__dataclass_fields__)
+        broker_fields = set(BrokerConfig.__dataclass_fields__)
+        unknown = set(settings) - bookie_fields - broker_fields
+        if unknown:
+            raise ConfigError(f"unknown settings: {', '.join(sorted(unknown))}")
+        self.bookie_config = load_config(
+            BookieConfig,
+            None,
+            {
+                "metadata_service_uri": self.metadata_url,
+                "bookie_port": ports.bookie,
+                "data_dir": str(self.data_dir / "bookie"),
+                **{k: v for k, v in settings.items() if k in bookie_fields},
+            },
+        )
+        self.broker_config = load_config(
+            BrokerConfig,
+            None,
+            {
+                "metadata_service_uri": self.metadata_url,
+                "broker_service_port": ports.broker,
+                "web_service_port": ports.web,
+                # One bookie: every ledger has one copy (as in Pulsar's standalone).
+                "managed_ledger_default_ensemble_size": 1,
+                "managed_ledger_default_write_quorum": 1,
+                "managed_ledger_default_ack_quorum": 1,
+                **{k: v for k, v in settings.items() if k in broker_fields},
+            },
+        )
+        self.store: MetadataStore | None = None
+        self.bookie: BookieServer | None = None
+        self.broker: BrokerApp | None = None
+
+    async def start(self) -> None:
+        self.store = create_metadata_store(self.metadata_url)
+        await self.store.start()
+        try:
+            self.bookie = BookieServer(self.bookie_config, store=self.store)
+            await self.bookie.start()
+            self.broker = BrokerApp(self.broker_config, store=self.store)
+            await self.broker.start()
+        except BaseException:
+            await self.stop()
+            raise
+        log.info(
+            "standalone ready: broker pulsar://%s:%d, bookie %s, data in %s",
+            self.broker_config.bind_address,
+            self.broker_config.broker_service_port,
+            self.bookie_config.bookie_id,
+            self.data_dir,
+        )
+
+    async def stop(self) -> None:
+        if self.broker is not None:
+            await self.broker.stop()
+            self.broker = None
+        if self.bookie is not None:
+            await self.bookie.stop()
+            self.bookie = None
+        if self.store is not None:
+            await self.store.close()
+            self.store = None
