@@ -185,11 +185,16 @@ class ServerConnection:
         )
 
     async def _on_lookup(self, frame: Frame, body: pb.CommandLookupTopic) -> None:
-        TopicName.parse(body.topic)
+        url = await self.service.lookup(TopicName.parse(body.topic), body.authoritative)
+        here = url == self.service.service_url
         self.write(
             pb.CommandLookupTopicResponse(
-                brokerServiceUrl=self.service.service_url,
-                response=pb.CommandLookupTopicResponse.Connect,
+                brokerServiceUrl=url,
+                response=(
+                    pb.CommandLookupTopicResponse.Connect
+                    if here
+                    else pb.CommandLookupTopicResponse.Redirect
+                ),
                 request_id=body.request_id,
                 authoritative=True,
             )

@@ -9,6 +9,7 @@ import logging
 from stripemq.bookie.client import BookKeeper
 from stripemq.broker.connection import ServerConnection
 from stripemq.broker.managed_ledger_config import ManagedLedgerConfig
+from stripemq.broker.ownership import BrokerInfo
 from stripemq.broker.service import BrokerService
 from stripemq.metadata import MetadataStore
 from stripemq.proto.frames import DEFAULT_MAX_MESSAGE_SIZE
@@ -48,7 +49,9 @@ class BrokerServer:
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._accept, self.host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
-        self.service = BrokerService(self.store, self.bk, self.service_url, self.ml_config)
+        me = BrokerInfo(f"{self.advertised_host}:{self.port}", self.service_url)
+        self.service = BrokerService(self.store, self.bk, me, self.ml_config)
+        await self.service.start()
         log.info("broker serving %s", self.service_url)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

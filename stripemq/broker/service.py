@@ -1,4 +1,5 @@
-"""The topics this broker serves, opened on demand on one metadata store and ledger client."""
+"""The topics this broker serves, opened on demand on one metadata store and ledger client,
+and only while this broker owns their bundle."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import logging
 from stripemq.bookie.client import BookKeeper
 from stripemq.broker.managed_ledger import ManagedLedgerFactory
 from stripemq.broker.managed_ledger_config import ManagedLedgerConfig
-from stripemq.broker.topic import PersistentTopic
+from stripemq.broker.ownership import BrokerInfo, Ownership, bundle_of
+from stripemq.broker.topic import BrokerError, PersistentTopic
 from stripemq.broker.topic_name import TopicName
 from stripemq.metadata import MetadataStore
+from stripemq.proto import pulsar_api_pb2 as pb
 
 log = logging.getLogger(__name__)
 
@@ -22,17 +25,39 @@ class BrokerService:
         self,
         store: MetadataStore,
         bk: BookKeeper,
-        service_url: str,
+        me: BrokerInfo,
         ml_config: ManagedLedgerConfig | None = None,
     ) -> None:
         self.store = store
         self.bk = bk
-        self.service_url = service_url
+        self.service_url = me.service_url
+        self.ownership = Ownership(store, me)
         self.factory = ManagedLedgerFactory(store, bk, ml_config)
         self.topics: dict[str, PersistentTopic] = {}
         self._opening: dict[str, asyncio.Future[PersistentTopic]] = {}
 
+    async def start(self) -> None:
+        await self.ownership.register()
+
+    async def lookup(self, topic_name: TopicName, authoritative: bool) -> str:
+        """The service URL of the broker that serves (or is to serve) the topic."""
+        bundle = bundle_of(topic_name)
+        owner = await self.ownership.owner_of(bundle)
+        if owner is not None:
+            return owner
+        if not authoritative:
+            target = await self.ownership.least_loaded_broker()
+            if target != self.service_url:
+                return target  # that broker takes it when the client asks it (authoritative)
+        return await self.ownership.try_acquire(bundle)
+
     async def get_topic(self, topic_name: TopicName) -> PersistentTopic:
+        """The topic, opened here; ``ServiceNotReady`` if another broker owns its bundle."""
+        owner = await self.ownership.try_acquire(bundle_of(topic_name))
+        if owner != self.service_url:
+            raise BrokerError(
+                pb.ServiceNotReady, f"{topic_name} is served by {owner}, not by this broker"
+            )
         name = str(topic_name)
         topic = self.topics.get(name)
         if topic is not None and not topic.ml.closed and not topic.ml.fenced:

@@ -1,0 +1,138 @@
+"""Which broker serves which topics: namespace bundles, ownership nodes, registration.
+
+A namespace's topics are split by the CRC32 of their name into hash-range *bundles*
+(four by default, as in Pulsar). A broker serves a bundle while it holds the bundle's
+ephemeral ownership node; the node disappears with the broker's metadata session, and
+the next lookup assigns the bundle to the least-loaded registered broker.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import zlib
+from dataclasses import dataclass
+
+from stripemq.broker.topic_name import TopicName
+from stripemq.errors import NodeExistsError, NotFoundError
+from stripemq.metadata import MetadataStore
+
+log = logging.getLogger(__name__)
+
+OWNERSHIP_ROOT = "/stripemq/ownership"
+BROKERS_ROOT = "/stripemq/brokers"
+DEFAULT_BUNDLES = 4
+FULL_RANGE = 1 << 32
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """``[start, end)`` of the 32-bit hash space of one namespace."""
+
+    namespace: str
+    start: int
+    end: int
+
+    @property
+    def name(self) -> str:
+        return f"0x{self.start:08x}_0x{min(self.end, FULL_RANGE - 1):08x}"
+
+    @property
+    def path(self) -> str:
+        return f"{OWNERSHIP_ROOT}/{self.namespace}/{self.name}"
+
+
+def bundle_of(topic: TopicName, bundles: int = DEFAULT_BUNDLES) -> Bundle:
+    """The bundle a topic falls in (partitions of one topic may fall in different ones)."""
+    key = zlib.crc32(str(topic).encode()) & 0xFFFFFFFF
+    width = FULL_RANGE // bundles
+    index = min(key // width, bundles - 1)
+    end = FULL_RANGE if index == bundles - 1 else (index + 1) * width
+    return Bundle(topic.namespace_name, index * width, end)
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    """What a broker registers about itself."""
+
+    broker_id: str  # host:port
+    service_url: str
+    web_url: str = ""
+
+    def encode(self, bundles: int = 0) -> bytes:
+        return json.dumps(
+            {
+                "service_url": self.service_url,
+                "web_url": self.web_url,
+                "bundles": bundles,
+            }
+        ).encode()
+
+
+class Ownership:
+    """This broker's registration and the bundles it owns, on one metadata session."""
+
+    def __init__(self, store: MetadataStore, me: BrokerInfo) -> None:
+        self.store = store
+        self.me = me
+        self.owned: set[Bundle] = set()
+
+    async def register(self) -> None:
+        await self._put_registration()
+
+    async def _put_registration(self) -> None:
+        path = f"{BROKERS_ROOT}/{self.me.broker_id}"
+        try:
+            await self.store.create(path, self.me.encode(len(self.owned)), ephemeral=True)
+        except NodeExistsError:  # ours, from this session (or a stale one about to expire)
+            await self.store.put(path, self.me.encode(len(self.owned)))
+
+    async def owner_of(self, bundle: Bundle) -> str | None:
+        """The service URL of the broker owning ``bundle``, if any."""
+        found = await self.store.get(bundle.path)
+        if found is None:
+            return None
+        try:
+            return str(json.loads(found[0])["service_url"])
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    async def try_acquire(self, bundle: Bundle) -> str:
+        """Take the bundle if nobody has it; returns the owner's service URL either way."""
+        if bundle in self.owned:
+            return self.me.service_url
+        try:
+            await self.store.create(bundle.path, self.me.encode(), ephemeral=True)
+        except NodeExistsError:
+            owner = await self.owner_of(bundle)
+            if owner is not None:
+                return owner
+            return await self.try_acquire(bundle)  # released meanwhile
+        self.owned.add(bundle)
+        log.info("now owning bundle %s/%s", bundle.namespace, bundle.name)
+        await self._put_registration()
+        return self.me.service_url
+
+    async def release(self, bundle: Bundle) -> None:
+        self.owned.discard(bundle)
+        try:
+            await self.store.delete(bundle.path)
+        except NotFoundError:
+            pass
+        await self._put_registration()
+
+    async def least_loaded_broker(self) -> str:
+        """The service URL of the registered broker owning the fewest bundles."""
+        best: tuple[int, str] | None = None
+        for broker_id in await self.store.children(BROKERS_ROOT):
+            found = await self.store.get(f"{BROKERS_ROOT}/{broker_id}")
+            if found is None:
+                continue
+            try:
+                doc = json.loads(found[0])
+                candidate = (int(doc.get("bundles", 0)), str(doc["service_url"]))
+            except (ValueError, KeyError, TypeError):
+                continue
+            if best is None or candidate < best:
+                best = candidate
+        return best[1] if best is not None else self.me.service_url

@@ -1,0 +1,140 @@
+"""Two broker processes on real ZooKeeper and bookies: lookup, ownership and takeover."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pulsar
+import pytest
+
+from stripemq.broker.ownership import bundle_of
+from stripemq.broker.topic_name import TopicName
+from stripemq.metadata import MetadataStore
+from stripemq.testing.broker import BrokerProcess
+from stripemq.testing.cluster import BookieCluster
+from stripemq.testing.polling import until
+
+pytestmark = pytest.mark.integration
+
+SETTINGS = {
+    "zk_session_timeout_ms": 4000,  # a killed broker's bundles free up after this
+    "managed_ledger_default_ensemble_size": 2,
+    "managed_ledger_default_write_quorum": 2,
+    "managed_ledger_default_ack_quorum": 2,
+    "managed_ledger_default_mark_delete_rate_limit": 10,
+}
+
+
+@pytest.fixture
+async def brokers(
+    metadata_url: str, tmp_path: Path
+) -> AsyncIterator[tuple[BrokerProcess, BrokerProcess]]:
+    async with BookieCluster(metadata_url, tmp_path / "bookies", 3):
+        pair = (
+            BrokerProcess(metadata_url, tmp_path, settings=SETTINGS),
+            BrokerProcess(metadata_url, tmp_path, settings=SETTINGS),
+        )
+        try:
+            await asyncio.gather(*(b.start() for b in pair))
+            yield pair
+        finally:
+            for broker in pair:
+                broker.kill()
+
+
+def service_url(pair: tuple[BrokerProcess, BrokerProcess]) -> str:
+    return "pulsar://" + ",".join(f"127.0.0.1:{b.port}" for b in pair)
+
+
+async def owner_url(store: MetadataStore, topic: str) -> str | None:
+    found = await store.get(bundle_of(TopicName.parse(topic)).path)
+    return None if found is None else json.loads(found[0])["service_url"]
+
+
+def produce_through_a_kill(url: str, topic: str, kill) -> tuple[list[int], list[int]]:  # type: ignore[no-untyped-def]
+    """Send 300 messages one by one; after 100, ``kill()`` the owner. Returns the sequence
+    numbers acknowledged and those that failed."""
+    client = pulsar.Client(url, operation_timeout_seconds=30)
+    acked: list[int] = []
+    failed: list[int] = []
+    try:
+        client.subscribe(topic, "sub").close()
+        producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=30_000)
+        for i in range(300):
+            if i == 100:
+                kill()
+            try:
+                producer.send(f"m{i}".encode())
+                acked.append(i)
+            except pulsar.PulsarException:
+                failed.append(i)
+        return acked, failed
+    finally:
+        client.close()
+
+
+def consume_all(url: str, topic: str) -> list[int]:
+    client = pulsar.Client(url, operation_timeout_seconds=30)
+    try:
+        consumer = client.subscribe(topic, "sub")
+        got = []
+        while True:
+            try:
+                message = consumer.receive(timeout_millis=3000)
+            except pulsar.Timeout:
+                return got
+            got.append(int(message.data().decode()[1:]))
+            consumer.acknowledge(message)
+    finally:
+        client.close()
+
+
+async def test_lookup_picks_an_owner_and_redirects_other_brokers_to_it(
+    brokers: tuple[BrokerProcess, BrokerProcess], store: MetadataStore
+) -> None:
+    loop = asyncio.get_running_loop()
+    topics = [f"persistent://public/default/spread-{i}" for i in range(8)]
+
+    def touch_all() -> None:
+        client = pulsar.Client(brokers[0].service_url, operation_timeout_seconds=30)
+        try:
+            for topic in topics:  # every lookup enters through the first broker
+                client.create_producer(topic).send(b"x")
+        finally:
+            client.close()
+
+    await loop.run_in_executor(None, touch_all)
+    owners = {await owner_url(store, topic) for topic in topics}
+    assert owners == {b.service_url for b in brokers}  # bundles spread over both
+
+
+async def test_a_killed_brokers_topics_are_taken_over_without_loss(
+    brokers: tuple[BrokerProcess, BrokerProcess], store: MetadataStore
+) -> None:
+    topic = "persistent://public/default/takeover"
+    loop = asyncio.get_running_loop()
+    url = service_url(brokers)
+    killed: list[BrokerProcess] = []
+
+    def kill_owner() -> None:
+        owner = asyncio.run_coroutine_threadsafe(owner_url(store, topic), loop).result(10)
+        victim = next(b for b in brokers if b.service_url == owner)
+        victim.kill()
+        killed.append(victim)
+
+    acked, failed = await loop.run_in_executor(None, produce_through_a_kill, url, topic, kill_owner)
+    assert killed and len(acked) + len(failed) == 300
+    survivor = next(b for b in brokers if b is not killed[0])
+
+    async def moved() -> bool:
+        return await owner_url(store, topic) == survivor.service_url
+
+    await until(moved, "the survivor owns the topic", timeout=30)
+    got = await loop.run_in_executor(None, consume_all, survivor.service_url, topic)
+    assert set(acked) <= set(got)  # every acknowledged message is there
+    assert set(got) <= set(acked) | set(failed)
+    duplicates = len(got) - len(set(got))
+    print(f"\n{len(acked)} acked, {len(failed)} failed, {len(got)} consumed, {duplicates} twice")
