@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 
 from stripemq.bookie.client import BookKeeper
 from stripemq.broker.config import BrokerConfig
 from stripemq.broker.server import BrokerServer
-from stripemq.metadata import MetadataStore, create_metadata_store
+from stripemq.errors import StripeMQError
+from stripemq.metadata import MetadataStore, SessionEvent, create_metadata_store
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +25,8 @@ class BrokerApp:
         self.store: MetadataStore | None = store
         self.bk: BookKeeper | None = None
         self.server: BrokerServer | None = None
+        self._restart: asyncio.Task[None] | None = None
+        self._stopping = False
 
     async def start(self) -> None:
         try:
@@ -31,6 +36,7 @@ class BrokerApp:
                     session_timeout=self.config.zk_session_timeout_ms / 1000,
                 )
                 await self.store.start()
+            self.store.add_session_listener(self._on_session_event)
             self.bk = BookKeeper(self.store)
             await self.bk.start()
             self.server = BrokerServer(
@@ -43,12 +49,50 @@ class BrokerApp:
                 max_message_size=self.config.max_message_size,
             )
             await self.server.start()
+            self.config.broker_service_port = self.server.port  # 0 picked one
         except BaseException:
-            await self.stop()
+            await self._release()
             raise
         log.info("broker ready on %s", self.server.service_url)
 
+    def _on_session_event(self, event: SessionEvent) -> None:
+        if event is SessionEvent.LOST and self._restart is None and not self._stopping:
+            log.error("metadata session lost: no longer serving any topic; starting over")
+            self._restart = asyncio.ensure_future(self._start_over())
+
+    async def _start_over(self) -> None:
+        """Stop serving at once (writing nothing), then join again on a new session."""
+        try:
+            if self.server is not None:
+                await self.server.stop(abandon=True)
+                self.server = None
+            if self.bk is not None:
+                await self.bk.close()
+                self.bk = None
+            if self.store is not None and self._shared_store is None:
+                await self.store.close()
+                self.store = None
+            delay = 0.5
+            while not self._stopping:
+                try:
+                    await self.start()
+                    return
+                except (StripeMQError, OSError) as exc:
+                    log.warning("broker restart failed (%s); retrying in %.1fs", exc, delay)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 10.0)
+        finally:
+            self._restart = None
+
     async def stop(self) -> None:
+        self._stopping = True
+        if self._restart is not None and self._restart is not asyncio.current_task():
+            self._restart.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._restart
+        await self._release()
+
+    async def _release(self) -> None:
         if self.server is not None:
             await self.server.stop()
             self.server = None

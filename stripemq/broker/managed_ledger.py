@@ -146,6 +146,11 @@ class ManagedLedgerFactory:
         for ml in list(self.ledgers.values()):
             await ml.close()
 
+    def abandon(self) -> None:
+        """Drop every managed ledger without writing anything (see ``ManagedLedger.abandon``)."""
+        for ml in list(self.ledgers.values()):
+            ml.abandon()
+
 
 class ManagedLedger:
     """One topic's ledgers and cursors, owned by this process while open."""
@@ -613,12 +618,28 @@ class ManagedLedger:
             raise ManagedLedgerFencedError(f"managed ledger {self.name} belongs to another owner")
 
     def _mark_fenced(self) -> None:
-        if not self.fenced:
+        if not self.fenced and not self.closed:
             log.warning("managed ledger %s was fenced: another owner took it over", self.name)
         self.fenced = True
         for cursor in self.cursors.values():
             cursor.fence()
         self._wake_waiters()
+
+    def abandon(self) -> None:
+        """Stop at once and write nothing (the metadata session is gone: another broker may
+        already own the topic). What was not persisted comes back as redeliveries."""
+        if self.closed:
+            return
+        self._mark_fenced()  # every cursor refuses from now on
+        self.closed = True
+        for task in (self._housekeeping, self._trim_task, self._rolling):
+            if task is not None:
+                task.cancel()
+        for cursor in self.cursors.values():
+            cursor.abandon()
+        self._wake_waiters()
+        if self.on_close is not None:
+            self.on_close()
 
     async def close(self) -> None:
         """Persist the cursors and seal the current ledger."""

@@ -66,7 +66,9 @@ class BrokerServer:
         finally:
             self._connections.discard(task)
 
-    async def stop(self) -> None:
+    async def stop(self, *, abandon: bool = False) -> None:
+        """Close every connection and topic; ``abandon`` writes nothing on the way out (the
+        metadata session is gone and another broker may own the topics already)."""
         if self._server is not None:
             self._server.close()
         for task in list(self._connections):
@@ -75,6 +77,6 @@ class BrokerServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         if self.service is not None:
-            await self.service.close()
+            await (self.service.abandon() if abandon else self.service.close())
         if self._server is not None:
             await self._server.wait_closed()

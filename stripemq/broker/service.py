@@ -76,6 +76,13 @@ class BrokerService:
         log.info("serving topic %s", topic_name)
         return topic
 
+    async def abandon(self) -> None:
+        """The metadata session is lost: drop every topic without writing anything."""
+        for topic in list(self.topics.values()):
+            await topic.abandon()
+        self.topics.clear()
+        self.factory.abandon()
+
     async def close(self) -> None:
         for topic in list(self.topics.values()):
             await topic.close()

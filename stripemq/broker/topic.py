@@ -362,3 +362,9 @@ class PersistentTopic:
         for subscription in self.subscriptions.values():
             await subscription.close()
         await self.ml.close()
+
+    async def abandon(self) -> None:
+        """Stop serving at once, writing nothing (see ``ManagedLedger.abandon``)."""
+        for subscription in self.subscriptions.values():
+            await subscription.close()
+        self.ml.abandon()

@@ -480,6 +480,16 @@ class ManagedCursor:
         """Another owner has the managed ledger: refuse everything from now on."""
         self._fenced = True
 
+    def abandon(self) -> None:
+        """Stop without persisting anything more (the owner lost its metadata session)."""
+        self._fenced = True
+        self._closing = self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._flush_task is not None:
+            self._flush_task.cancel()
+
     async def close(self) -> None:
         """Persist what is left and close the cursor ledger (acks are refused from now)."""
         if self._closing:

@@ -138,3 +138,47 @@ async def test_a_killed_brokers_topics_are_taken_over_without_loss(
     assert set(got) <= set(acked) | set(failed)
     duplicates = len(got) - len(set(got))
     print(f"\n{len(acked)} acked, {len(failed)} failed, {len(got)} consumed, {duplicates} twice")
+
+
+async def test_a_broker_that_loses_its_session_stops_serving_and_comes_back(
+    metadata_url: str, store: MetadataStore, tmp_path: Path
+) -> None:
+    from stripemq.broker.app import BrokerApp
+    from stripemq.broker.config import BrokerConfig
+
+    async with BookieCluster(metadata_url, tmp_path / "bookies", 2):
+        app = BrokerApp(BrokerConfig(metadata_service_uri=metadata_url, broker_service_port=0))
+        await app.start()
+        try:
+            url = app.server.service_url  # type: ignore[union-attr]
+            topic = "persistent://public/default/session"
+            loop = asyncio.get_running_loop()
+
+            def send(count: int, start: int) -> None:
+                client = pulsar.Client(url, operation_timeout_seconds=30)
+                try:
+                    client.subscribe(topic, "sub").close()
+                    producer = client.create_producer(topic, batching_enabled=False)
+                    for i in range(start, start + count):
+                        producer.send(f"m{i}".encode())
+                finally:
+                    client.close()
+
+            await loop.run_in_executor(None, send, 20, 0)
+            assert await owner_url(store, topic) == url
+            old_store = app.store
+            await old_store.expire_session()  # type: ignore[union-attr]
+
+            async def serving_again() -> bool:
+                return (
+                    app.store is not None
+                    and app.store is not old_store
+                    and (app.server is not None)
+                )
+
+            await until(serving_again, "the broker joined again", timeout=30)
+            await loop.run_in_executor(None, send, 20, 20)  # lookup, new ownership, new session
+            got = await loop.run_in_executor(None, consume_all, url, topic)
+            assert sorted(set(got)) == list(range(40))
+        finally:
+            await app.stop()
