@@ -16,6 +16,7 @@ from google.protobuf.message import Message
 
 from stripemq.broker.dispatch import ConsumerSlot
 from stripemq.broker.managed_ledger import InitialPosition
+from stripemq.broker.partitions import partition_count
 from stripemq.broker.service import BrokerService
 from stripemq.broker.topic import BrokerError, Consumer, Producer, Subscription
 from stripemq.broker.topic_name import InvalidTopicNameError, TopicName
@@ -175,10 +176,10 @@ class ServerConnection:
     async def _on_partitioned_metadata(
         self, frame: Frame, body: pb.CommandPartitionedTopicMetadata
     ) -> None:
-        TopicName.parse(body.topic)
+        partitions = await partition_count(self.service.store, TopicName.parse(body.topic))
         self.write(
             pb.CommandPartitionedTopicMetadataResponse(
-                partitions=0,
+                partitions=partitions,
                 request_id=body.request_id,
                 response=pb.CommandPartitionedTopicMetadataResponse.Success,
             )

@@ -231,3 +231,36 @@ async def test_key_shared_keeps_each_key_on_one_consumer_in_order(broker: Broker
         values = [value for _, value in deliveries]
         assert values == sorted(values) and len(values) == 30
     assert len({c for d in seen.values() for c, _ in d}) >= 2  # keys spread over consumers
+
+
+def partitioned_round(url: str, topic: str) -> tuple[set[int], dict[str, list[int]]]:
+    client = pulsar.Client(url, operation_timeout_seconds=10)
+    try:
+        consumer = client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Shared)
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(90):
+            producer.send(f"{i}".encode(), partition_key=f"k{i % 9}")
+        partitions: set[int] = set()
+        by_key: dict[str, list[int]] = {}
+        for _ in range(90):
+            message = consumer.receive(timeout_millis=10_000)
+            partitions.add(message.message_id().partition())
+            by_key.setdefault(message.partition_key(), []).append(int(message.data()))
+            consumer.acknowledge(message)
+        return partitions, by_key
+    finally:
+        client.close()
+
+
+async def test_partitioned_topics(broker: BrokerServer) -> None:
+    from stripemq.broker.partitions import create_partitioned_topic
+    from stripemq.broker.topic_name import TopicName
+
+    topic = "persistent://public/default/partitioned"
+    assert broker.service is not None
+    await create_partitioned_topic(broker.service.store, TopicName.parse(topic), 3)
+    partitions, by_key = await in_thread(partitioned_round, broker.service_url, topic)
+    assert partitions == {0, 1, 2}
+    assert sorted(v for values in by_key.values() for v in values) == list(range(90))
+    for values in by_key.values():  # one key, one partition: in order
+        assert values == sorted(values)
