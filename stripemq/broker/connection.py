@@ -20,6 +20,7 @@ from stripemq.broker.partitions import partition_count
 from stripemq.broker.service import BrokerService
 from stripemq.broker.topic import BrokerError, Consumer, Producer, Subscription
 from stripemq.broker.topic_name import InvalidTopicNameError, TopicName
+from stripemq.cursor.position import Position
 from stripemq.errors import ManagedLedgerError, StripeMQError
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.frames import (
@@ -34,6 +35,23 @@ from stripemq.proto.frames import (
 )
 
 log = logging.getLogger(__name__)
+
+EARLIEST = Position(-1, -1)  # "the first entry kept", in a reader's or seek's message id
+_MAX_ID = (1 << 63) - 1
+
+
+def start_position(message_id: pb.MessageIdData) -> Position | None:
+    """Where a reader or seek starts: ``EARLIEST``, ``None`` for the latest, or the entry.
+
+    The clients' sentinels: earliest is (-1, -1) (all bits set on the wire), latest is
+    (Long.MAX, Long.MAX).
+    """
+    if message_id.ledgerId >= (1 << 64) - 1 or message_id.entryId >= (1 << 64) - 1:
+        return EARLIEST
+    if message_id.ledgerId >= _MAX_ID:
+        return None
+    return Position(message_id.ledgerId, message_id.entryId)
+
 
 PROTOCOL_VERSION = 20
 SERVER_VERSION = "stripemq"
@@ -84,6 +102,7 @@ class ServerConnection:
             pb.BaseCommand.CLOSE_CONSUMER: self._on_close_consumer,
             pb.BaseCommand.UNSUBSCRIBE: self._on_unsubscribe,
             pb.BaseCommand.GET_LAST_MESSAGE_ID: self._on_get_last_message_id,
+            pb.BaseCommand.SEEK: self._on_seek,
         }
 
     # ------------------------------------------------------------------ the loop
@@ -266,8 +285,6 @@ class ServerConnection:
     async def _on_subscribe(self, frame: Frame, body: pb.CommandSubscribe) -> None:
         if body.consumer_id in self.consumers:
             raise BrokerError(pb.ConsumerBusy, f"consumer id {body.consumer_id} is in use")
-        if not body.durable:
-            raise BrokerError(pb.NotAllowedError, "non-durable subscriptions are not supported yet")
         topic = await self.service.get_topic(TopicName.parse(body.topic))
         initial = (
             InitialPosition.EARLIEST
@@ -277,7 +294,15 @@ class ServerConnection:
         meta = body.keySharedMeta if body.HasField("keySharedMeta") else None
         sticky = meta is not None and meta.keySharedMode == pb.STICKY
         ranges = [(r.start, r.end) for r in meta.hashRanges] if meta is not None else None
-        subscription = await topic.subscribe(body.subscription, body.subType, initial, sticky)
+        if body.durable:
+            subscription = await topic.subscribe(body.subscription, body.subType, initial, sticky)
+        else:
+            start = (
+                start_position(body.start_message_id)
+                if body.HasField("start_message_id")
+                else (EARLIEST if initial is InitialPosition.EARLIEST else None)
+            )
+            subscription = topic.subscribe_non_durable(body.subscription, body.subType, start)
         slot = ConsumerSlot(body.consumer_id, body.consumer_name, body.priority_level)
         consumer = Consumer(slot, self, subscription)
         self.consumers[body.consumer_id] = consumer
@@ -337,11 +362,35 @@ class ServerConnection:
         if consumer is not None:
             consumer.subscription.redeliver(consumer, body.message_ids)
 
-    def _on_close_consumer(self, frame: Frame, body: pb.CommandCloseConsumer) -> None:
+    async def _on_close_consumer(self, frame: Frame, body: pb.CommandCloseConsumer) -> None:
         consumer = self.consumers.pop(body.consumer_id, None)
         if consumer is not None:
             consumer.subscription.remove_consumer(consumer)
+            await consumer.subscription.topic.drop_if_unused(consumer.subscription)
         self.write(pb.CommandSuccess(request_id=body.request_id))
+
+    async def _on_seek(self, frame: Frame, body: pb.CommandSeek) -> None:
+        consumer = self._consumer(body.consumer_id)
+        subscription = consumer.subscription
+        if body.HasField("message_id"):
+            position = start_position(body.message_id)
+            if position is None:
+                position = subscription.topic.ml.chain.write_position()
+            elif position == EARLIEST:
+                position = subscription.topic.ml.chain.first_position()
+        elif body.HasField("message_publish_time"):
+            position = await subscription.topic.find_by_publish_time(body.message_publish_time)
+        else:
+            raise BrokerError(pb.NotAllowedError, "a seek needs a message id or a publish time")
+        disconnected = subscription.seek(position)
+        self.write(pb.CommandSuccess(request_id=body.request_id))
+        for other in disconnected:
+            other.sink.close_consumer(other.slot.consumer_id)
+
+    def close_consumer(self, consumer_id: int) -> None:
+        """Tell the client its consumer is closed by the broker (it reconnects)."""
+        self.consumers.pop(consumer_id, None)
+        self.write(pb.CommandCloseConsumer(consumer_id=consumer_id, request_id=0))
 
     async def _on_unsubscribe(self, frame: Frame, body: pb.CommandUnsubscribe) -> None:
         consumer = self._consumer(body.consumer_id)
@@ -386,6 +435,8 @@ class ServerConnection:
     async def _cleanup(self) -> None:
         for consumer in self.consumers.values():
             consumer.subscription.remove_consumer(consumer)
+            with contextlib.suppress(StripeMQError):
+                await consumer.subscription.topic.drop_if_unused(consumer.subscription)
         self.consumers.clear()
         self.producers.clear()
         for task in list(self._tasks):

@@ -33,6 +33,7 @@ from stripemq.cursor.managed_cursor import (
     ManagedCursor,
     now_ms,
 )
+from stripemq.cursor.non_durable import NonDurableCursor
 from stripemq.cursor.position import Position
 from stripemq.errors import (
     BadVersionError,
@@ -487,6 +488,18 @@ class ManagedLedger:
         cursor = await ManagedCursor.create(name, path, self.cursor_env, mark_delete)
         self.cursors[name] = cursor
         return cursor
+
+    def open_non_durable_cursor(self, name: str, start: Position | None) -> NonDurableCursor:
+        """An in-memory cursor whose first entry is ``start`` (``None``: after the last)."""
+        self._check_open()
+        if start is None:
+            mark_delete = self.chain.last_confirmed()
+        else:
+            first = self.chain.first_position()
+            if start < first:
+                start = first
+            mark_delete = Position(start.ledger_id, start.entry_id - 1)
+        return NonDurableCursor(name, self.chain, mark_delete)
 
     async def delete_cursor(self, name: str) -> None:
         cursor = self.cursors.pop(name, None)

@@ -27,6 +27,7 @@ from stripemq.broker.key_shared import ConsumerAssignError, KeySharedDispatcher
 from stripemq.broker.managed_ledger import InitialPosition, ManagedLedger
 from stripemq.broker.topic_name import TopicName
 from stripemq.cursor.managed_cursor import ManagedCursor
+from stripemq.cursor.non_durable import NonDurableCursor
 from stripemq.cursor.position import Position
 from stripemq.errors import ManagedLedgerError, StripeMQError
 from stripemq.proto import pulsar_api_pb2 as pb
@@ -55,6 +56,8 @@ class MessageSink(Protocol):
     ) -> None: ...
 
     def send_active_change(self, consumer_id: int, is_active: bool) -> None: ...
+
+    def close_consumer(self, consumer_id: int) -> None: ...
 
 
 @dataclass
@@ -104,10 +107,15 @@ class Subscription:
     """A named cursor and the dispatch loop that feeds its consumers."""
 
     def __init__(
-        self, topic: PersistentTopic, cursor: ManagedCursor, sub_type: int, sticky: bool = False
+        self,
+        topic: PersistentTopic,
+        cursor: ManagedCursor | NonDurableCursor,
+        sub_type: int,
+        sticky: bool = False,
     ) -> None:
         self.topic = topic
         self.cursor = cursor
+        self.durable = isinstance(cursor, ManagedCursor)
         self.name = cursor.name
         self.sub_type = sub_type
         self.dispatcher = make_dispatcher(sub_type, topic.topic_name.partition_index, sticky)
@@ -206,6 +214,17 @@ class Subscription:
         else:
             self.delivery.give_back(consumer.slot, positions)
         self._wake.set()
+
+    def seek(self, position: Position) -> list[Consumer]:
+        """Restart delivery at ``position``; returns the consumers to disconnect (they
+        reconnect and read from there, as Pulsar's clients expect after a seek)."""
+        self.cursor.reset(position)
+        consumers = list(self.consumers.values())
+        for consumer in consumers:
+            self.remove_consumer(consumer)
+        self.delivery = DeliveryState(self.dispatcher, self.cursor.is_acked)
+        self._wake.set()
+        return consumers
 
     async def close(self) -> None:
         if self._task is not None:
@@ -351,6 +370,37 @@ class PersistentTopic:
             subscription = Subscription(self, subscription.cursor, sub_type, sticky)
             self.subscriptions[name] = subscription
         return subscription
+
+    def subscribe_non_durable(
+        self, name: str, sub_type: int, start: Position | None
+    ) -> Subscription:
+        """A reader's subscription: an in-memory cursor whose first entry is ``start``."""
+        if name in self.subscriptions:
+            raise BrokerError(pb.ConsumerBusy, f"subscription {name} already exists")
+        cursor = self.ml.open_non_durable_cursor(name, start)
+        subscription = Subscription(self, cursor, sub_type)
+        self.subscriptions[name] = subscription
+        return subscription
+
+    async def drop_if_unused(self, subscription: Subscription) -> None:
+        """A reader's subscription goes with its last consumer."""
+        if not subscription.durable and not subscription.consumers:
+            if self.subscriptions.get(subscription.name) is subscription:
+                del self.subscriptions[subscription.name]
+            await subscription.close()
+
+    async def find_by_publish_time(self, publish_time_ms: int) -> Position:
+        """The first entry published at or after ``publish_time_ms`` (else the end)."""
+        position = self.ml.chain.first_position()
+        while True:
+            entries = await self.ml.read_entries(position, READ_BATCH)
+            if not entries:
+                return self.ml.chain.write_position()
+            for entry in entries:
+                metadata, _payload, _problem = parse_entry(entry.data)
+                if metadata is not None and metadata.publish_time >= publish_time_ms:
+                    return entry.position
+            position = self.ml.chain.next_valid(entries[-1].position)
 
     async def unsubscribe(self, name: str) -> None:
         subscription = self.subscriptions.pop(name, None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -264,3 +265,68 @@ async def test_partitioned_topics(broker: BrokerServer) -> None:
     assert sorted(v for values in by_key.values() for v in values) == list(range(90))
     for values in by_key.values():  # one key, one partition: in order
         assert values == sorted(values)
+
+
+def reader_and_seek_round(url: str, topic: str) -> dict[str, list[str]]:
+    client = pulsar.Client(url, operation_timeout_seconds=10)
+    results: dict[str, list[str]] = {}
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        ids = []
+        for i in range(20):
+            ids.append(producer.send(f"m{i}".encode()))
+            time.sleep(0.003)  # distinct publish times, for the seek by time below
+
+        def read_all(reader) -> list[str]:  # type: ignore[no-untyped-def]
+            got = []
+            while reader.has_message_available():
+                got.append(reader.read_next(timeout_millis=5000).data().decode())
+            return got
+
+        earliest = client.create_reader(topic, pulsar.MessageId.earliest)
+        results["earliest"] = read_all(earliest)
+        earliest.close()
+        after_ten = client.create_reader(topic, ids[9])  # exclusive: starts after m9
+        results["after_ten"] = read_all(after_ten)
+        after_ten.close()
+        latest = client.create_reader(topic, pulsar.MessageId.latest)
+        producer.send(b"late")
+        results["latest"] = [latest.read_next(timeout_millis=5000).data().decode()]
+        latest.close()
+
+        consumer = client.subscribe(
+            topic, "seeker", initial_position=pulsar.InitialPosition.Earliest
+        )
+        published = []
+        for _ in range(21):
+            message = consumer.receive(timeout_millis=5000)
+            published.append(message.publish_timestamp())
+            consumer.acknowledge(message)
+        # The broker restarts at m15; the C++ client, like Pulsar's, then skips the message
+        # it sought to (start ids are exclusive unless asked otherwise).
+        consumer.seek(ids[15])
+        results["after_seek"] = [
+            consumer.receive(timeout_millis=5000).data().decode() for _ in range(3)
+        ]
+        consumer.close()
+        # By publish time, from m12 itself (on a consumer that has not sought by id: the C++
+        # client would keep filtering up to the id it sought to before).
+        timed = client.subscribe(topic, "timed", initial_position=pulsar.InitialPosition.Earliest)
+        for _ in range(21):
+            timed.acknowledge(timed.receive(timeout_millis=5000))
+        timed.seek(published[12])
+        results["after_time_seek"] = [
+            timed.receive(timeout_millis=5000).data().decode() for _ in range(2)
+        ]
+        return results
+    finally:
+        client.close()
+
+
+async def test_readers_and_seek(broker: BrokerServer) -> None:
+    results = await in_thread(reader_and_seek_round, broker.service_url, "reader-topic")
+    assert results["earliest"] == [f"m{i}" for i in range(20)]
+    assert results["after_ten"] == [f"m{i}" for i in range(10, 20)]
+    assert results["latest"] == ["late"]
+    assert results["after_seek"] == ["m16", "m17", "m18"]
+    assert results["after_time_seek"] == ["m12", "m13"]
