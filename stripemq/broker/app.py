@@ -47,6 +47,7 @@ class BrokerApp:
                 advertised_host=self.config.advertised_address,
                 ml_config=self.config.managed_ledger_config(),
                 max_message_size=self.config.max_message_size,
+                deduplication=self.config.broker_deduplication_enabled,
             )
             await self.server.start()
             self.config.broker_service_port = self.server.port  # 0 picked one

@@ -23,6 +23,8 @@ class BrokerConfig:
     advertised_address: str | None = None
     zk_session_timeout_ms: int = 30_000
     max_message_size: int = 5 * MiB
+    # Acknowledge a resent message (producer name + old sequence id) without storing it.
+    broker_deduplication_enabled: bool = False
 
     # Topic storage (managedLedger* settings).
     managed_ledger_default_ensemble_size: int = 2

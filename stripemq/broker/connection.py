@@ -14,6 +14,7 @@ from typing import Any
 
 from google.protobuf.message import Message
 
+from stripemq.broker.dedup import DupStatus
 from stripemq.broker.dispatch import ConsumerSlot
 from stripemq.broker.managed_ledger import InitialPosition
 from stripemq.broker.partitions import partition_count
@@ -227,9 +228,10 @@ class ServerConnection:
         name = body.producer_name or f"{SERVER_VERSION}-{id(self) & 0xFFFF:x}-{body.producer_id}"
         producer = Producer(body.producer_id, name, topic)
         self.producers[body.producer_id] = producer
+        last = topic.dedup.last_sequence_id(name) if topic.dedup is not None else -1
         self.write(
             pb.CommandProducerSuccess(
-                request_id=body.request_id, producer_name=name, last_sequence_id=-1
+                request_id=body.request_id, producer_name=name, last_sequence_id=last
             )
         )
 
@@ -240,6 +242,16 @@ class ServerConnection:
         if frame.problem is not None or frame.entry is None:
             code = pb.ChecksumError if not frame.checksum_ok else pb.UnknownError
             return self._send_error(body, code, frame.problem or "no entry")
+        dedup = producer.topic.dedup
+        if dedup is not None:
+            status = dedup.check(producer.name, body.sequence_id, body.highest_sequence_id)
+            if status is DupStatus.DUPLICATE:
+                self._receipt(producer, body, None)  # stored before: acknowledged again
+                return None
+            if status is DupStatus.IN_FLIGHT:
+                return self._send_error(
+                    body, pb.PersistenceError, "an earlier copy is still being stored"
+                )
         # Started now, in frame order: the managed ledger appends in the order it is called.
         return self._publish(
             producer, body, asyncio.ensure_future(producer.topic.publish(frame.entry))
@@ -248,19 +260,30 @@ class ServerConnection:
     async def _publish(
         self, producer: Producer, body: pb.CommandSend, append: asyncio.Future[Any]
     ) -> None:
+        dedup = producer.topic.dedup
         try:
             position = await append
         except (ManagedLedgerError, StripeMQError) as exc:
+            if dedup is not None:
+                dedup.failed(producer.name, body.sequence_id)
             self._send_error(body, _server_error(exc), str(exc))
             return
+        if dedup is not None:
+            highest = max(body.sequence_id, body.highest_sequence_id)
+            dedup.stored(producer.name, highest, position)
+        self._receipt(producer, body, position)
+
+    def _receipt(self, producer: Producer, body: pb.CommandSend, position: Position | None) -> None:
+        """SEND_RECEIPT; a duplicate's carries (-1, -1) as Pulsar's broker does."""
+        unknown = (1 << 64) - 1
         self.write(
             pb.CommandSendReceipt(
                 producer_id=body.producer_id,
                 sequence_id=body.sequence_id,
                 highest_sequence_id=body.highest_sequence_id,
                 message_id=pb.MessageIdData(
-                    ledgerId=position.ledger_id,
-                    entryId=position.entry_id,
+                    ledgerId=position.ledger_id if position is not None else unknown,
+                    entryId=position.entry_id if position is not None else unknown,
                     partition=producer.topic.topic_name.partition_index,
                 ),
             )

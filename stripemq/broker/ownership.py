@@ -121,6 +121,19 @@ class Ownership:
             pass
         await self._put_registration()
 
+    async def release_all(self) -> None:
+        """A clean shutdown: give up every bundle and the registration."""
+        for bundle in list(self.owned):
+            self.owned.discard(bundle)
+            try:
+                await self.store.delete(bundle.path)
+            except NotFoundError:
+                pass
+        try:
+            await self.store.delete(f"{BROKERS_ROOT}/{self.me.broker_id}")
+        except NotFoundError:
+            pass
+
     async def least_loaded_broker(self) -> str:
         """The service URL of the registered broker owning the fewest bundles."""
         best: tuple[int, str] | None = None

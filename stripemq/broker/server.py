@@ -30,6 +30,7 @@ class BrokerServer:
         advertised_host: str | None = None,
         ml_config: ManagedLedgerConfig | None = None,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        deduplication: bool = False,
     ) -> None:
         self.store = store
         self.bk = bk
@@ -38,6 +39,7 @@ class BrokerServer:
         self.advertised_host = advertised_host or host
         self.ml_config = ml_config
         self.max_message_size = max_message_size
+        self.deduplication = deduplication
         self.service: BrokerService | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
@@ -50,7 +52,9 @@ class BrokerServer:
         self._server = await asyncio.start_server(self._accept, self.host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
         me = BrokerInfo(f"{self.advertised_host}:{self.port}", self.service_url)
-        self.service = BrokerService(self.store, self.bk, me, self.ml_config)
+        self.service = BrokerService(
+            self.store, self.bk, me, self.ml_config, deduplication=self.deduplication
+        )
         await self.service.start()
         log.info("broker serving %s", self.service_url)
 

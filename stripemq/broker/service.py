@@ -7,11 +7,13 @@ import asyncio
 import logging
 
 from stripemq.bookie.client import BookKeeper
+from stripemq.broker.dedup import Deduplication
 from stripemq.broker.managed_ledger import ManagedLedgerFactory
 from stripemq.broker.managed_ledger_config import ManagedLedgerConfig
 from stripemq.broker.ownership import BrokerInfo, Ownership, bundle_of
 from stripemq.broker.topic import BrokerError, PersistentTopic
 from stripemq.broker.topic_name import TopicName
+from stripemq.errors import StripeMQError
 from stripemq.metadata import MetadataStore
 from stripemq.proto import pulsar_api_pb2 as pb
 
@@ -27,11 +29,14 @@ class BrokerService:
         bk: BookKeeper,
         me: BrokerInfo,
         ml_config: ManagedLedgerConfig | None = None,
+        *,
+        deduplication: bool = False,
     ) -> None:
         self.store = store
         self.bk = bk
         self.service_url = me.service_url
         self.ownership = Ownership(store, me)
+        self.deduplication = deduplication
         self.factory = ManagedLedgerFactory(store, bk, ml_config)
         self.topics: dict[str, PersistentTopic] = {}
         self._opening: dict[str, asyncio.Future[PersistentTopic]] = {}
@@ -72,6 +77,9 @@ class BrokerService:
     async def _open(self, topic_name: TopicName) -> PersistentTopic:
         ml = await self.factory.open(topic_name.managed_ledger_name)
         topic = PersistentTopic(topic_name, ml)
+        if self.deduplication:
+            topic.dedup = Deduplication(ml)
+            await topic.dedup.start()
         self.topics[str(topic_name)] = topic
         log.info("serving topic %s", topic_name)
         return topic
@@ -84,7 +92,12 @@ class BrokerService:
         self.factory.abandon()
 
     async def close(self) -> None:
+        """Close every topic (persisting cursors), then give the bundles up."""
         for topic in list(self.topics.values()):
             await topic.close()
         self.topics.clear()
         await self.factory.close()
+        try:
+            await self.ownership.release_all()
+        except StripeMQError as exc:  # the session may be gone: the nodes go with it
+            log.warning("could not release bundle ownership: %s", exc)

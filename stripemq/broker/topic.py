@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from stripemq.broker.dedup import Deduplication
 from stripemq.broker.delivery import Delivery, DeliveryState, EntryInfo
 from stripemq.broker.dispatch import (
     ConsumerSlot,
@@ -344,6 +345,7 @@ class PersistentTopic:
         self.ml = ml
         self.producers: dict[tuple[int, int], Producer] = {}
         self.subscriptions: dict[str, Subscription] = {}
+        self.dedup: Deduplication | None = None
         self._producer_names = itertools.count()
 
     async def publish(self, entry: bytes) -> Position:

@@ -330,3 +330,81 @@ async def test_readers_and_seek(broker: BrokerServer) -> None:
     assert results["latest"] == ["late"]
     assert results["after_seek"] == ["m16", "m17", "m18"]
     assert results["after_time_seek"] == ["m12", "m13"]
+
+
+@pytest.fixture
+async def dedup_cluster(
+    metadata_url: str, store: MetadataStore, tmp_path: Path
+) -> AsyncIterator[tuple[MetadataStore, BookKeeper]]:
+    async with BookieCluster(metadata_url, tmp_path / "bookies", 2):
+        bk = BookKeeper(store, ClientConfig(explicit_lac_interval_ms=100))
+        await bk.start()
+        try:
+            yield store, bk
+        finally:
+            await bk.close()
+
+
+def send_with_sequence_ids(url: str, topic: str, ids: list[int]) -> int:
+    """Send one message per sequence id as producer "dedup-p"; returns the broker's last
+    sequence id for that producer as seen when it connected."""
+    client = pulsar.Client(url, operation_timeout_seconds=10)
+    try:
+        client.subscribe(topic, "sub").close()
+        producer = client.create_producer(topic, producer_name="dedup-p", batching_enabled=False)
+        last = producer.last_sequence_id()
+        for sequence_id in ids:
+            producer.send(f"s{sequence_id}".encode(), sequence_id=sequence_id)
+        return last
+    finally:
+        client.close()
+
+
+def drain(url: str, topic: str) -> list[str]:
+    client = pulsar.Client(url, operation_timeout_seconds=10)
+    try:
+        consumer = client.subscribe(topic, "sub")
+        got = []
+        while True:
+            try:
+                message = consumer.receive(timeout_millis=2000)
+            except pulsar.Timeout:
+                return got
+            got.append(message.data().decode())
+            consumer.acknowledge(message)
+    finally:
+        client.close()
+
+
+async def test_deduplication_survives_a_broker_restart(
+    dedup_cluster: tuple[MetadataStore, BookKeeper],
+) -> None:
+    store, bk = dedup_cluster
+    topic = "persistent://public/default/dedup"
+
+    async def broker() -> BrokerServer:
+        server = BrokerServer(store, bk, port=0, deduplication=True)
+        await server.start()
+        return server
+
+    server = await broker()
+    try:
+        assert (
+            await in_thread(send_with_sequence_ids, server.service_url, topic, list(range(50)))
+            == -1
+        )
+        # A resend of 40..59: 40..49 are acknowledged without being stored twice.
+        last = await in_thread(
+            send_with_sequence_ids, server.service_url, topic, list(range(40, 60))
+        )
+        assert last == 49
+    finally:
+        await server.stop()  # closes the topic; a new broker object reopens it
+    server = await broker()
+    try:
+        last = await in_thread(send_with_sequence_ids, server.service_url, topic, [55, 60])
+        assert last == 59  # remembered across the restart; 55 is a duplicate
+        got = await in_thread(drain, server.service_url, topic)
+        assert got == [f"s{i}" for i in range(61)]
+    finally:
+        await server.stop()
