@@ -48,6 +48,7 @@ class BrokerApp:
                 ml_config=self.config.managed_ledger_config(),
                 max_message_size=self.config.max_message_size,
                 deduplication=self.config.broker_deduplication_enabled,
+                keepalive_s=self.config.keep_alive_interval_seconds,
             )
             await self.server.start()
             self.config.broker_service_port = self.server.port  # 0 picked one

@@ -25,6 +25,8 @@ class BrokerConfig:
     max_message_size: int = 5 * MiB
     # Acknowledge a resent message (producer name + old sequence id) without storing it.
     broker_deduplication_enabled: bool = False
+    # A quiet client is PINGed this often, and dropped after twice as long in silence.
+    keep_alive_interval_seconds: float = 30.0
 
     # Topic storage (managedLedger* settings).
     managed_ledger_default_ensemble_size: int = 2

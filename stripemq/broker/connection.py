@@ -78,8 +78,11 @@ class ServerConnection:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        keepalive_s: float = 30.0,
     ) -> None:
         self.service = service
+        self.keepalive_s = keepalive_s
+        self._last_heard = asyncio.get_running_loop().time()
         self.reader = reader
         self.writer = writer
         self.max_message_size = max_message_size
@@ -110,8 +113,10 @@ class ServerConnection:
 
     async def serve(self) -> None:
         decoder = FrameDecoder(self.max_message_size + FRAME_PADDING)
+        keepalive = asyncio.ensure_future(self._keepalive())
         try:
             while data := await self.reader.read(256 * 1024):
+                self._last_heard = asyncio.get_running_loop().time()
                 for frame in decoder.feed(data):
                     await self._dispatch(frame)
         except ProtocolError as exc:
@@ -119,7 +124,21 @@ class ServerConnection:
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
+            keepalive.cancel()
             await self._cleanup()
+
+    async def _keepalive(self) -> None:
+        """PING a quiet client every interval; one that stays silent for two is dead."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.keepalive_s)
+            quiet = loop.time() - self._last_heard
+            if quiet >= 2 * self.keepalive_s:
+                log.warning("no word from %s in %.0fs: closing the connection", self.peer, quiet)
+                self.writer.close()
+                return
+            if self.connected and quiet >= self.keepalive_s:
+                self.write(pb.CommandPing())
 
     async def _dispatch(self, frame: Frame) -> None:
         body = command_body(frame.command)
@@ -226,7 +245,8 @@ class ServerConnection:
     async def _on_producer(self, frame: Frame, body: pb.CommandProducer) -> None:
         topic = await self.service.get_topic(TopicName.parse(body.topic))
         name = body.producer_name or f"{SERVER_VERSION}-{id(self) & 0xFFFF:x}-{body.producer_id}"
-        producer = Producer(body.producer_id, name, topic)
+        producer = Producer(body.producer_id, name, topic, self, body.producer_access_mode)
+        await topic.add_producer(producer)
         self.producers[body.producer_id] = producer
         last = topic.dedup.last_sequence_id(name) if topic.dedup is not None else -1
         self.write(
@@ -299,9 +319,16 @@ class ServerConnection:
             )
         )
 
-    def _on_close_producer(self, frame: Frame, body: pb.CommandCloseProducer) -> None:
-        self.producers.pop(body.producer_id, None)
+    async def _on_close_producer(self, frame: Frame, body: pb.CommandCloseProducer) -> None:
+        producer = self.producers.pop(body.producer_id, None)
+        if producer is not None:
+            await producer.topic.remove_producer(producer)
         self.write(pb.CommandSuccess(request_id=body.request_id))
+
+    def close_producer(self, producer_id: int) -> None:
+        """Tell the client its producer was closed by the broker (fenced out)."""
+        self.producers.pop(producer_id, None)
+        self.write(pb.CommandCloseProducer(producer_id=producer_id, request_id=0))
 
     # ------------------------------------------------------------------ consuming
 
@@ -461,6 +488,9 @@ class ServerConnection:
             with contextlib.suppress(StripeMQError):
                 await consumer.subscription.topic.drop_if_unused(consumer.subscription)
         self.consumers.clear()
+        for producer in self.producers.values():
+            with contextlib.suppress(StripeMQError):
+                await producer.topic.remove_producer(producer)
         self.producers.clear()
         for task in list(self._tasks):
             task.cancel()

@@ -31,6 +31,7 @@ class BrokerServer:
         ml_config: ManagedLedgerConfig | None = None,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         deduplication: bool = False,
+        keepalive_s: float = 30.0,
     ) -> None:
         self.store = store
         self.bk = bk
@@ -40,6 +41,7 @@ class BrokerServer:
         self.ml_config = ml_config
         self.max_message_size = max_message_size
         self.deduplication = deduplication
+        self.keepalive_s = keepalive_s
         self.service: BrokerService | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
@@ -64,7 +66,10 @@ class BrokerServer:
         assert task is not None
         self._connections.add(task)
         try:
-            await ServerConnection(self.service, reader, writer, self.max_message_size).serve()
+            connection = ServerConnection(
+                self.service, reader, writer, self.max_message_size, self.keepalive_s
+            )
+            await connection.serve()
         except Exception:
             log.exception("connection from %s failed", writer.get_extra_info("peername"))
         finally:

@@ -60,12 +60,16 @@ class MessageSink(Protocol):
 
     def close_consumer(self, consumer_id: int) -> None: ...
 
+    def close_producer(self, producer_id: int) -> None: ...
 
-@dataclass
+
+@dataclass(eq=False)
 class Producer:
     producer_id: int
     name: str
     topic: PersistentTopic
+    sink: MessageSink | None = None
+    access_mode: int = pb.Shared
 
 
 @dataclass
@@ -343,10 +347,37 @@ class PersistentTopic:
         self.topic_name = topic_name
         self.name = str(topic_name)
         self.ml = ml
-        self.producers: dict[tuple[int, int], Producer] = {}
+        self.producers: list[Producer] = []
+        self._producers_changed = asyncio.Condition()
         self.subscriptions: dict[str, Subscription] = {}
         self.dedup: Deduplication | None = None
         self._producer_names = itertools.count()
+
+    async def add_producer(self, producer: Producer) -> None:
+        """Admit a producer by its access mode (Pulsar's ProducerAccessMode)."""
+        mode = producer.access_mode
+        async with self._producers_changed:
+            exclusive = [p for p in self.producers if p.access_mode != pb.Shared]
+            if mode == pb.Shared:
+                if exclusive:
+                    raise BrokerError(pb.ProducerBusy, f"{self.name} has an exclusive producer")
+            elif mode == pb.Exclusive:
+                if self.producers:
+                    raise BrokerError(pb.ProducerBusy, f"{self.name} already has producers")
+            elif mode == pb.ExclusiveWithFencing:
+                for other in list(self.producers):  # fenced out: their clients are told
+                    self.producers.remove(other)
+                    if other.sink is not None:
+                        other.sink.close_producer(other.producer_id)
+            elif mode == pb.WaitForExclusive:
+                await self._producers_changed.wait_for(lambda: not self.producers)
+            self.producers.append(producer)
+
+    async def remove_producer(self, producer: Producer) -> None:
+        async with self._producers_changed:
+            if producer in self.producers:
+                self.producers.remove(producer)
+            self._producers_changed.notify_all()
 
     async def publish(self, entry: bytes) -> Position:
         return await self.ml.add_entry(entry)

@@ -408,3 +408,56 @@ async def test_deduplication_survives_a_broker_restart(
         assert got == [f"s{i}" for i in range(61)]
     finally:
         await server.stop()
+
+
+def access_modes_round(url: str) -> dict[str, str]:
+    client = pulsar.Client(url, operation_timeout_seconds=10)
+    outcome: dict[str, str] = {}
+    try:
+        first = client.create_producer(
+            "exclusive-topic", access_mode=pulsar.ProducerAccessMode.Exclusive
+        )
+        first.send(b"one")
+        try:
+            client.create_producer("exclusive-topic")
+            outcome["shared_beside_exclusive"] = "created"
+        except pulsar.PulsarException as exc:
+            outcome["shared_beside_exclusive"] = type(exc).__name__
+        fencer = client.create_producer(
+            "exclusive-topic", access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing
+        )
+        fencer.send(b"two")
+        outcome["fencer"] = "sent"
+    finally:
+        client.close()
+    return outcome
+
+
+async def test_producer_access_modes(broker: BrokerServer) -> None:
+    outcome = await in_thread(access_modes_round, broker.service_url)
+    assert outcome["shared_beside_exclusive"] == "ProducerBusy"
+    assert outcome["fencer"] == "sent"
+
+
+async def test_a_silent_client_is_pinged_then_dropped(
+    metadata_url: str, store: MetadataStore, tmp_path: Path
+) -> None:
+    from stripemq.proto import pulsar_api_pb2 as pb
+    from stripemq.proto.frames import FrameDecoder, encode_command
+
+    bk = BookKeeper(store)
+    await bk.start()
+    server = BrokerServer(store, bk, port=0, keepalive_s=0.3)
+    await server.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(encode_command(pb.CommandConnect(client_version="t", protocol_version=20)))
+        received = []
+        decoder = FrameDecoder()
+        while data := await asyncio.wait_for(reader.read(4096), 5):
+            received += [pb.BaseCommand.Type.Name(f.command.type) for f in decoder.feed(data)]
+        assert received[:2] == ["CONNECTED", "PING"]  # then closed: no PONG came back
+        writer.close()
+    finally:
+        await server.stop()
+        await bk.close()
