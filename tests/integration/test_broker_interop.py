@@ -461,3 +461,97 @@ async def test_a_silent_client_is_pinged_then_dropped(
     finally:
         await server.stop()
         await bk.close()
+
+
+def compression_round(url: str, topic: str, compression: object) -> list[str]:
+    client = pulsar.Client(url, operation_timeout_seconds=10)
+    try:
+        consumer = client.subscribe(topic, "sub")
+        producer = client.create_producer(
+            topic,
+            compression_type=compression,
+            batching_enabled=True,
+            batching_max_publish_delay_ms=5,
+        )
+        for i in range(50):
+            producer.send_async(f"compressed {i} ".encode() * 20, lambda r, m: None)
+        producer.flush()
+        got = []
+        for _ in range(50):
+            message = consumer.receive(timeout_millis=10_000)
+            got.append(message.data().decode())
+            consumer.acknowledge(message)
+        return got
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("codec", ["LZ4", "ZSTD", "ZLib"])
+async def test_compressed_batches_pass_through_unchanged(broker: BrokerServer, codec: str) -> None:
+    got = await in_thread(
+        compression_round,
+        broker.service_url,
+        f"compressed-{codec}",
+        getattr(pulsar.CompressionType, codec),
+    )
+    assert got == [f"compressed {i} " * 20 for i in range(50)]
+
+
+def redelivery_round(url: str, topic: str) -> dict[str, object]:
+    client = pulsar.Client(url, operation_timeout_seconds=10)
+    try:
+        nacking = client.subscribe(
+            topic,
+            "nack",
+            consumer_type=pulsar.ConsumerType.Shared,
+            negative_ack_redelivery_delay_ms=100,
+        )
+        timing_out = client.subscribe(
+            topic,
+            "timeout",
+            consumer_type=pulsar.ConsumerType.Shared,
+            unacked_messages_timeout_ms=10_000,
+        )
+        cumulative = client.subscribe(topic, "cumulative")
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(5):
+            producer.send(f"m{i}".encode())
+        outcome: dict[str, object] = {}
+        first = nacking.receive(timeout_millis=5000)
+        nacking.negative_acknowledge(first)
+        seen = [first.data().decode()]
+        counts = {}
+        for _ in range(5):
+            message = nacking.receive(timeout_millis=5000)
+            seen.append(message.data().decode())
+            counts[message.data().decode()] = message.redelivery_count()
+            nacking.acknowledge(message)
+        outcome["nack_seen"] = seen
+        outcome["nack_redelivery_count"] = counts[first.data().decode()]
+        held = [timing_out.receive(timeout_millis=5000) for _ in range(5)]  # never acked
+        again = timing_out.receive(timeout_millis=20_000)  # after the ack timeout
+        outcome["timeout_again"] = again.data().decode() in {m.data().decode() for m in held}
+        last = None
+        for _ in range(5):
+            last = cumulative.receive(timeout_millis=5000)
+        cumulative.acknowledge_cumulative(last)
+        cumulative.close()
+        cumulative = client.subscribe(topic, "cumulative")
+        try:
+            cumulative.receive(timeout_millis=1000)
+            outcome["cumulative_left"] = True
+        except pulsar.Timeout:
+            outcome["cumulative_left"] = False
+        return outcome
+    finally:
+        client.close()
+
+
+async def test_negative_acks_ack_timeouts_and_cumulative_acks(broker: BrokerServer) -> None:
+    outcome = await in_thread(redelivery_round, broker.service_url, "redelivery-topic")
+    assert sorted(outcome["nack_seen"]) == sorted(  # type: ignore[arg-type]
+        ["m0", "m0", "m1", "m2", "m3", "m4"]
+    )
+    assert outcome["nack_redelivery_count"] == 1
+    assert outcome["timeout_again"] is True
+    assert outcome["cumulative_left"] is False
