@@ -8,15 +8,22 @@ back through ``remove_consumer`` to be delivered again.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from stripemq.cursor.position import Position
 
+_slot_ids = itertools.count()
 
-@dataclass
+
+@dataclass(eq=False)
 class ConsumerSlot:
-    """What the dispatcher knows of one consumer."""
+    """What the dispatcher knows of one consumer.
+
+    ``consumer_id`` is the client's (unique on its connection only); ``slot_id`` tells
+    consumers apart within a subscription.
+    """
 
     consumer_id: int
     name: str
@@ -24,6 +31,7 @@ class ConsumerSlot:
     permits: int = 0
     # Entries handed out and not acknowledged: position -> messages in the entry.
     pending: dict[Position, int] = field(default_factory=dict)
+    slot_id: int = field(default_factory=lambda: next(_slot_ids))
 
     def take(self, position: Position, messages: int) -> None:
         self.pending[position] = messages

@@ -70,18 +70,18 @@ class KeySharedDispatcher(Dispatcher):
                         raise ConsumerAssignError(
                             f"hash range {start}..{end} overlaps another consumer's"
                         )
-            self._ranges[slot.consumer_id] = claimed
+            self._ranges[slot.slot_id] = claimed
         else:
             for i in range(REPLICA_POINTS):
-                point = sticky_key_hash(f"{slot.name}{slot.consumer_id}-{i}".encode())
-                bisect.insort(self._ring, (point, slot.consumer_id))
+                point = sticky_key_hash(f"{slot.name}{slot.slot_id}-{i}".encode())
+                bisect.insort(self._ring, (point, slot.slot_id))
         super().add_consumer(slot)
-        self._held[slot.consumer_id] = _Held()
+        self._held[slot.slot_id] = _Held()
 
     def remove_consumer(self, slot: ConsumerSlot) -> list[Position]:
-        self._ring = [(p, c) for p, c in self._ring if c != slot.consumer_id]
-        self._ranges.pop(slot.consumer_id, None)
-        held = self._held.pop(slot.consumer_id, None)
+        self._ring = [(p, c) for p, c in self._ring if c != slot.slot_id]
+        self._ranges.pop(slot.slot_id, None)
+        held = self._held.pop(slot.slot_id, None)
         if held is not None:  # they come back for replay: nothing newer of theirs overtakes
             for position, key_hash in held.hash_of.items():
                 self._block(position, key_hash)
@@ -92,15 +92,15 @@ class KeySharedDispatcher(Dispatcher):
     def owner_of_hash(self, key_hash: int) -> ConsumerSlot | None:
         """The consumer a hash belongs to now (ignoring draining)."""
         if self.sticky:
-            for consumer_id, ranges in self._ranges.items():
+            for slot_id, ranges in self._ranges.items():
                 if any(start <= key_hash <= end for start, end in ranges):
-                    return self._slot(consumer_id)
+                    return self._slot(slot_id)
             return None
         if not self._ring:
             return None
         i = bisect.bisect_left(self._ring, (key_hash, -1))
-        _, consumer_id = self._ring[i % len(self._ring)]
-        return self._slot(consumer_id)
+        _, slot_id = self._ring[i % len(self._ring)]
+        return self._slot(slot_id)
 
     def pick(self, position: Position, messages: int, key: bytes | None) -> ConsumerSlot | None:
         key_hash = sticky_key_hash(key if key is not None else b"")
@@ -109,7 +109,7 @@ class KeySharedDispatcher(Dispatcher):
             self._block(position, key_hash)
             return None
         self.forget(position)
-        held = self._held[target.consumer_id]
+        held = self._held[target.slot_id]
         held.by_hash[key_hash] += 1
         held.hash_of[position] = key_hash
         return target
@@ -121,8 +121,8 @@ class KeySharedDispatcher(Dispatcher):
         target = self.owner_of_hash(key_hash)
         if target is None or target.permits <= 0:
             return None
-        for consumer_id, held in self._held.items():
-            if consumer_id != target.consumer_id and held.by_hash[key_hash]:
+        for slot_id, held in self._held.items():
+            if slot_id != target.slot_id and held.by_hash[key_hash]:
                 return None  # draining: the old owner has not acknowledged this hash yet
         return target
 
@@ -143,7 +143,7 @@ class KeySharedDispatcher(Dispatcher):
 
     def released(self, slot: ConsumerSlot, positions: list[Position]) -> None:
         """Entries a consumer acknowledged (or gave back): their hashes drain."""
-        held = self._held.get(slot.consumer_id)
+        held = self._held.get(slot.slot_id)
         if held is None:
             return
         for position in positions:
@@ -154,15 +154,15 @@ class KeySharedDispatcher(Dispatcher):
                     del held.by_hash[key_hash]
 
     def returned(self, slot: ConsumerSlot, positions: list[Position]) -> None:
-        held = self._held.get(slot.consumer_id)
+        held = self._held.get(slot.slot_id)
         hashes = {p: held.hash_of.get(p) for p in positions} if held is not None else {}
         self.released(slot, positions)
         for position, key_hash in hashes.items():
             if key_hash is not None:
                 self._block(position, key_hash)
 
-    def _slot(self, consumer_id: int) -> ConsumerSlot | None:
+    def _slot(self, slot_id: int) -> ConsumerSlot | None:
         for slot in self.consumers:
-            if slot.consumer_id == consumer_id:
+            if slot.slot_id == slot_id:
                 return slot
         return None

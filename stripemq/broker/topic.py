@@ -148,14 +148,14 @@ class Subscription:
             if self.sub_type == SubType.Exclusive:
                 self.cursor.state.rewind()  # a new exclusive consumer starts at the first unacked
             self.dispatcher.add_consumer(consumer.slot)
-        self.consumers[consumer.slot.consumer_id] = consumer
+        self.consumers[consumer.slot.slot_id] = consumer
         self._active_may_have_changed()
         if self._task is None:
             self._task = asyncio.ensure_future(self._dispatch_loop())
         self._wake.set()
 
     def remove_consumer(self, consumer: Consumer) -> None:
-        if self.consumers.pop(consumer.slot.consumer_id, None) is None:
+        if self.consumers.pop(consumer.slot.slot_id, None) is None:
             return
         self.delivery.consumer_removed(consumer.slot)
         self._active_may_have_changed()
@@ -302,7 +302,7 @@ class Subscription:
             bits = self.cursor.state.ack_set(position)
             if bits is not None:
                 message_id.ack_set.extend(_words_of(bits.tolist()))
-            consumer = self.consumers[delivery.slot.consumer_id]
+            consumer = self.consumers[delivery.slot.slot_id]
             consumer.sink.send_message(
                 delivery.slot.consumer_id, message_id, delivery.redelivery_count, data[position]
             )

@@ -61,17 +61,19 @@ class Simulation:
         return EntryInfo(position, 1, self.keys[position.entry_id])
 
     def join(self) -> None:
-        slot = ConsumerSlot(self.next_id, f"consumer-{self.next_id}", permits=0)
+        # Every consumer has id 0, as consumers on different connections may: the
+        # dispatcher must tell them apart by slot.
+        slot = ConsumerSlot(0, f"consumer-{self.next_id}", permits=0)
         self.next_id += 1
         self.dispatcher.add_consumer(slot)
-        self.consumers[slot.consumer_id] = slot
-        self.received[slot.consumer_id] = []
+        self.consumers[slot.slot_id] = slot
+        self.received[slot.slot_id] = []
         slot.permits += self.rng.randint(1, 30)
 
     def leave(self) -> None:
         slot = self.consumers.pop(self.rng.choice(sorted(self.consumers)))
         self.state.consumer_removed(slot)  # a crash looks the same to the broker
-        self.received.pop(slot.consumer_id)
+        self.received.pop(slot.slot_id)
 
     def dispatch(self) -> None:
         replays = self.state.replay_positions(50)
@@ -85,7 +87,7 @@ class Simulation:
                 self.read = plan.consumed_through.entry_id + 1
         for delivery in deliveries:
             self.check_order(delivery.slot, delivery.position)
-            self.received[delivery.slot.consumer_id].append(delivery.position)
+            self.received[delivery.slot.slot_id].append(delivery.position)
             self.deliveries += 1
 
     def check_order(self, slot: ConsumerSlot, position: Position) -> None:
@@ -94,13 +96,13 @@ class Simulation:
             if self.keys[older.entry_id] != key or older in self.acked:
                 continue
             assert older in slot.pending and older != position, (
-                f"{position} (key {key!r}) went to consumer {slot.consumer_id} while "
+                f"{position} (key {key!r}) went to consumer {slot.name} while "
                 f"{older} of the same key was neither acknowledged nor held by it"
             )
 
     def consume(self) -> None:
-        for consumer_id, slot in self.consumers.items():
-            inbox = [p for p in self.received[consumer_id] if p in slot.pending]
+        for slot_id, slot in self.consumers.items():
+            inbox = [p for p in self.received[slot_id] if p in slot.pending]
             if not inbox:
                 continue
             roll = self.rng.random()
@@ -114,8 +116,8 @@ class Simulation:
                 self.acked.update(done)
                 self.state.acknowledged(slot, done)
                 slot.permits += len(done)
-            self.received[consumer_id] = [
-                p for p in self.received[consumer_id] if p in slot.pending
+            self.received[slot_id] = [
+                p for p in self.received[slot_id] if p in slot.pending
             ]
 
     def run(self, steps: int) -> None:
