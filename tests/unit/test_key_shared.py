@@ -116,9 +116,7 @@ class Simulation:
                 self.acked.update(done)
                 self.state.acknowledged(slot, done)
                 slot.permits += len(done)
-            self.received[slot_id] = [
-                p for p in self.received[slot_id] if p in slot.pending
-            ]
+            self.received[slot_id] = [p for p in self.received[slot_id] if p in slot.pending]
 
     def run(self, steps: int) -> None:
         self.join()
