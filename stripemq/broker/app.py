@@ -9,6 +9,7 @@ import logging
 from stripemq.bookie.client import BookKeeper
 from stripemq.broker.config import BrokerConfig
 from stripemq.broker.server import BrokerServer
+from stripemq.broker.service import TopicPolicies
 from stripemq.errors import StripeMQError
 from stripemq.metadata import MetadataStore, SessionEvent, create_metadata_store
 
@@ -47,7 +48,14 @@ class BrokerApp:
                 advertised_host=self.config.advertised_address,
                 ml_config=self.config.managed_ledger_config(),
                 max_message_size=self.config.max_message_size,
-                deduplication=self.config.broker_deduplication_enabled,
+                policies=TopicPolicies(
+                    deduplication=self.config.broker_deduplication_enabled,
+                    auto_create=self.config.allow_auto_topic_creation,
+                    auto_create_partitioned=(
+                        self.config.allow_auto_topic_creation_type == "partitioned"
+                    ),
+                    default_partitions=self.config.default_num_partitions,
+                ),
                 keepalive_s=self.config.keep_alive_interval_seconds,
             )
             await self.server.start()

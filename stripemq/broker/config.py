@@ -25,6 +25,11 @@ class BrokerConfig:
     max_message_size: int = 5 * MiB
     # Acknowledge a resent message (producer name + old sequence id) without storing it.
     broker_deduplication_enabled: bool = False
+    # Topics that do not exist are created when a client uses them; a partitioned type
+    # makes them with default_num_partitions (allowAutoTopicCreation, ...Type).
+    allow_auto_topic_creation: bool = True
+    allow_auto_topic_creation_type: str = "non-partitioned"
+    default_num_partitions: int = 1
     # A quiet client is PINGed this often, and dropped after twice as long in silence.
     keep_alive_interval_seconds: float = 30.0
 
@@ -50,6 +55,10 @@ class BrokerConfig:
             raise ConfigError(f"broker_service_port {self.broker_service_port} out of range")
         if self.max_message_size < 1024:
             raise ConfigError("max_message_size must be at least 1024")
+        if self.allow_auto_topic_creation_type not in ("non-partitioned", "partitioned"):
+            raise ConfigError("allow_auto_topic_creation_type: non-partitioned or partitioned")
+        if self.default_num_partitions < 1:
+            raise ConfigError("default_num_partitions must be >= 1")
         if self.managed_ledger_default_mark_delete_rate_limit <= 0:
             raise ConfigError("managed_ledger_default_mark_delete_rate_limit must be > 0")
         self.managed_ledger_config().validate()

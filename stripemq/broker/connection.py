@@ -17,7 +17,6 @@ from google.protobuf.message import Message
 from stripemq.broker.dedup import DupStatus
 from stripemq.broker.dispatch import ConsumerSlot
 from stripemq.broker.managed_ledger import InitialPosition
-from stripemq.broker.partitions import partition_count
 from stripemq.broker.service import BrokerService
 from stripemq.broker.topic import BrokerError, Consumer, Producer, Subscription
 from stripemq.broker.topic_name import InvalidTopicNameError, TopicName
@@ -215,7 +214,7 @@ class ServerConnection:
     async def _on_partitioned_metadata(
         self, frame: Frame, body: pb.CommandPartitionedTopicMetadata
     ) -> None:
-        partitions = await partition_count(self.service.store, TopicName.parse(body.topic))
+        partitions = await self.service.partitions(TopicName.parse(body.topic))
         self.write(
             pb.CommandPartitionedTopicMetadataResponse(
                 partitions=partitions,

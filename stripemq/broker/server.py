@@ -10,7 +10,7 @@ from stripemq.bookie.client import BookKeeper
 from stripemq.broker.connection import ServerConnection
 from stripemq.broker.managed_ledger_config import ManagedLedgerConfig
 from stripemq.broker.ownership import BrokerInfo
-from stripemq.broker.service import BrokerService
+from stripemq.broker.service import BrokerService, TopicPolicies
 from stripemq.metadata import MetadataStore
 from stripemq.proto.frames import DEFAULT_MAX_MESSAGE_SIZE
 
@@ -30,7 +30,7 @@ class BrokerServer:
         advertised_host: str | None = None,
         ml_config: ManagedLedgerConfig | None = None,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
-        deduplication: bool = False,
+        policies: TopicPolicies | None = None,
         keepalive_s: float = 30.0,
     ) -> None:
         self.store = store
@@ -40,7 +40,7 @@ class BrokerServer:
         self.advertised_host = advertised_host or host
         self.ml_config = ml_config
         self.max_message_size = max_message_size
-        self.deduplication = deduplication
+        self.policies = policies
         self.keepalive_s = keepalive_s
         self.service: BrokerService | None = None
         self._server: asyncio.Server | None = None
@@ -54,9 +54,7 @@ class BrokerServer:
         self._server = await asyncio.start_server(self._accept, self.host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
         me = BrokerInfo(f"{self.advertised_host}:{self.port}", self.service_url)
-        self.service = BrokerService(
-            self.store, self.bk, me, self.ml_config, deduplication=self.deduplication
-        )
+        self.service = BrokerService(self.store, self.bk, me, self.ml_config, self.policies)
         await self.service.start()
         log.info("broker serving %s", self.service_url)
 

@@ -4,13 +4,21 @@ and only while this broker owns their bundle."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from dataclasses import dataclass
 
 from stripemq.bookie.client import BookKeeper
 from stripemq.broker.dedup import Deduplication
 from stripemq.broker.managed_ledger import ManagedLedgerFactory
 from stripemq.broker.managed_ledger_config import ManagedLedgerConfig
+from stripemq.broker.namespaces import ensure_defaults, namespace_exists
 from stripemq.broker.ownership import BrokerInfo, Ownership, bundle_of
+from stripemq.broker.partitions import (
+    PartitionedTopicExistsError,
+    create_partitioned_topic,
+    partition_count,
+)
 from stripemq.broker.topic import BrokerError, PersistentTopic
 from stripemq.broker.topic_name import TopicName
 from stripemq.errors import StripeMQError
@@ -18,6 +26,16 @@ from stripemq.metadata import MetadataStore
 from stripemq.proto import pulsar_api_pb2 as pb
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TopicPolicies:
+    """How this broker treats topics (the broker-wide parts of Pulsar's policies)."""
+
+    deduplication: bool = False
+    auto_create: bool = True
+    auto_create_partitioned: bool = False
+    default_partitions: int = 1
 
 
 class BrokerService:
@@ -29,20 +47,45 @@ class BrokerService:
         bk: BookKeeper,
         me: BrokerInfo,
         ml_config: ManagedLedgerConfig | None = None,
-        *,
-        deduplication: bool = False,
+        policies: TopicPolicies | None = None,
     ) -> None:
         self.store = store
         self.bk = bk
         self.service_url = me.service_url
         self.ownership = Ownership(store, me)
-        self.deduplication = deduplication
+        self.policies = policies or TopicPolicies()
         self.factory = ManagedLedgerFactory(store, bk, ml_config)
         self.topics: dict[str, PersistentTopic] = {}
         self._opening: dict[str, asyncio.Future[PersistentTopic]] = {}
 
     async def start(self) -> None:
+        await ensure_defaults(self.store)
         await self.ownership.register()
+
+    async def partitions(self, topic_name: TopicName) -> int:
+        """Partitions of a topic, making it partitioned first if policy says so."""
+        count = await partition_count(self.store, topic_name)
+        if count or not self.policies.auto_create or not self.policies.auto_create_partitioned:
+            return count
+        if topic_name.partition_index >= 0 or await self.factory.exists(
+            topic_name.managed_ledger_name
+        ):
+            return 0  # a partition, or a topic that already exists unpartitioned
+        with contextlib.suppress(PartitionedTopicExistsError):
+            await create_partitioned_topic(self.store, topic_name, self.policies.default_partitions)
+        return await partition_count(self.store, topic_name)
+
+    async def _check_may_open(self, topic_name: TopicName) -> None:
+        if not await namespace_exists(self.store, topic_name.namespace_name):
+            raise BrokerError(
+                pb.TopicNotFound, f"namespace {topic_name.namespace_name} does not exist"
+            )
+        if self.policies.auto_create:
+            return
+        if topic_name.partition_index >= 0 and await partition_count(self.store, topic_name):
+            return  # a partition of a declared partitioned topic
+        if not await self.factory.exists(topic_name.managed_ledger_name):
+            raise BrokerError(pb.TopicNotFound, f"topic {topic_name} does not exist")
 
     async def lookup(self, topic_name: TopicName, authoritative: bool) -> str:
         """The service URL of the broker that serves (or is to serve) the topic."""
@@ -75,9 +118,10 @@ class BrokerService:
         return await asyncio.shield(opening)
 
     async def _open(self, topic_name: TopicName) -> PersistentTopic:
+        await self._check_may_open(topic_name)
         ml = await self.factory.open(topic_name.managed_ledger_name)
         topic = PersistentTopic(topic_name, ml)
-        if self.deduplication:
+        if self.policies.deduplication:
             topic.dedup = Deduplication(ml)
             await topic.dedup.start()
         self.topics[str(topic_name)] = topic

@@ -13,6 +13,7 @@ import pytest
 from stripemq.bookie.client import BookKeeper, ClientConfig
 from stripemq.broker.managed_ledger_config import ManagedLedgerConfig
 from stripemq.broker.server import BrokerServer
+from stripemq.broker.service import TopicPolicies
 from stripemq.metadata import MetadataStore
 from stripemq.testing.cluster import BookieCluster
 
@@ -383,7 +384,7 @@ async def test_deduplication_survives_a_broker_restart(
     topic = "persistent://public/default/dedup"
 
     async def broker() -> BrokerServer:
-        server = BrokerServer(store, bk, port=0, deduplication=True)
+        server = BrokerServer(store, bk, port=0, policies=TopicPolicies(deduplication=True))
         await server.start()
         return server
 
@@ -555,3 +556,55 @@ async def test_negative_acks_ack_timeouts_and_cumulative_acks(broker: BrokerServ
     assert outcome["nack_redelivery_count"] == 1
     assert outcome["timeout_again"] is True
     assert outcome["cumulative_left"] is False
+
+
+def try_produce(url: str, topic: str) -> str:
+    client = pulsar.Client(url, operation_timeout_seconds=5)
+    try:
+        client.create_producer(topic).send(b"x")
+        return "ok"
+    except pulsar.PulsarException as exc:
+        return type(exc).__name__
+    finally:
+        client.close()
+
+
+def partitions_of(url: str, topic: str) -> int:
+    client = pulsar.Client(url, operation_timeout_seconds=5)
+    try:
+        return len(client.get_topic_partitions(topic))
+    finally:
+        client.close()
+
+
+async def test_topic_auto_creation_policies(
+    dedup_cluster: tuple[MetadataStore, BookKeeper],
+) -> None:
+    store, bk = dedup_cluster
+    strict = BrokerServer(store, bk, port=0, policies=TopicPolicies(auto_create=False))
+    await strict.start()
+    try:
+        url = strict.service_url
+        assert await in_thread(try_produce, url, "never-made") == "TopicNotFound"
+        assert await in_thread(try_produce, url, "persistent://nobody/none/t") == "TopicNotFound"
+    finally:
+        await strict.stop()
+    partitioned = BrokerServer(
+        store,
+        bk,
+        port=0,
+        policies=TopicPolicies(auto_create_partitioned=True, default_partitions=3),
+    )
+    await partitioned.start()
+    try:
+        url = partitioned.service_url
+        assert await in_thread(partitions_of, url, "auto-partitioned") == 3
+        assert await in_thread(try_produce, url, "auto-partitioned") == "ok"
+    finally:
+        await partitioned.stop()
+    strict = BrokerServer(store, bk, port=0, policies=TopicPolicies(auto_create=False))
+    await strict.start()
+    try:  # the partitions of a declared partitioned topic may be used
+        assert await in_thread(try_produce, strict.service_url, "auto-partitioned") == "ok"
+    finally:
+        await strict.stop()
