@@ -8,6 +8,7 @@ keys are refused, so a typo in a config file is an error and not a silently igno
 from __future__ import annotations
 
 import dataclasses
+import os
 import tomllib
 import typing
 from collections.abc import Iterable, Mapping
@@ -79,12 +80,28 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
 
 
+ENV_PREFIX = "STRIPEMQ_"
+
+
+def env_settings(fields: Iterable[str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Settings from ``STRIPEMQ_<NAME>`` environment variables, for the given field names."""
+    environ = os.environ if environ is None else environ
+    found = {}
+    for name in fields:
+        value = environ.get(ENV_PREFIX + name.upper())
+        if value is not None:
+            found[name] = value
+    return found
+
+
 def load_config(
     cls: type[T],
     path: str | Path | None = None,
     overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> T:
-    """Build a ``cls`` instance from its defaults, a TOML file, and overrides (in that order)."""
+    """Build a ``cls`` instance from its defaults, a TOML file, ``STRIPEMQ_*`` environment
+    variables and overrides (in that order: later ones win)."""
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls!r} is not a dataclass")
     hints = typing.get_type_hints(cls)
@@ -93,6 +110,9 @@ def load_config(
     sources: list[tuple[str, Mapping[str, Any]]] = []
     if path is not None:
         sources.append((str(path), read_toml(path)))
+    from_env = env_settings(fields, environ)
+    if from_env:
+        sources.append(("the environment", from_env))
     if overrides:
         sources.append(("overrides", overrides))
     for origin, mapping in sources:

@@ -83,3 +83,14 @@ def test_autorecovery_inside_a_bookie_reads_its_own_file(tmp_path: Path) -> None
     conf.write_text("no_such_setting = 1\n")
     with pytest.raises(ConfigError):
         AutoRecoveryConfig.for_bookie(bookie)
+
+
+def test_environment_variables_sit_between_the_file_and_the_flags(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from stripemq.broker.config import BrokerConfig
+
+    conf = tmp_path / "broker.toml"
+    conf.write_text("broker_service_port = 7000\nkeep_alive_interval_seconds = 5\n")
+    environ = {"STRIPEMQ_BROKER_SERVICE_PORT": "7100", "STRIPEMQ_NOT_A_SETTING": "x"}
+    config = load_config(BrokerConfig, conf, {"keep_alive_interval_seconds": "9"}, environ)
+    assert config.broker_service_port == 7100  # the environment beats the file
+    assert config.keep_alive_interval_seconds == 9  # a flag beats both
