@@ -13,7 +13,7 @@ from stripemq.broker.dedup import Deduplication
 from stripemq.broker.managed_ledger import ManagedLedgerFactory
 from stripemq.broker.managed_ledger_config import ManagedLedgerConfig
 from stripemq.broker.namespaces import ensure_defaults, namespace_exists
-from stripemq.broker.ownership import BrokerInfo, Ownership, bundle_of
+from stripemq.broker.ownership import BrokerInfo, Bundle, Ownership, bundle_of
 from stripemq.broker.partitions import (
     PartitionedTopicExistsError,
     create_partitioned_topic,
@@ -57,6 +57,7 @@ class BrokerService:
         self.factory = ManagedLedgerFactory(store, bk, ml_config)
         self.topics: dict[str, PersistentTopic] = {}
         self._opening: dict[str, asyncio.Future[PersistentTopic]] = {}
+        self._unloading: set[Bundle] = set()
 
     async def start(self) -> None:
         await ensure_defaults(self.store)
@@ -101,7 +102,10 @@ class BrokerService:
 
     async def get_topic(self, topic_name: TopicName) -> PersistentTopic:
         """The topic, opened here; ``ServiceNotReady`` if another broker owns its bundle."""
-        owner = await self.ownership.try_acquire(bundle_of(topic_name))
+        bundle = bundle_of(topic_name)
+        if bundle in self._unloading:
+            raise BrokerError(pb.ServiceNotReady, f"{topic_name} is being unloaded")
+        owner = await self.ownership.try_acquire(bundle)
         if owner != self.service_url:
             raise BrokerError(
                 pb.ServiceNotReady, f"{topic_name} is served by {owner}, not by this broker"
@@ -127,6 +131,27 @@ class BrokerService:
         self.topics[str(topic_name)] = topic
         log.info("serving topic %s", topic_name)
         return topic
+
+    async def unload(self, bundle: Bundle) -> list[str]:
+        """Stop serving a bundle: its clients are disconnected (they look it up again), its
+        topics closed cleanly, and its ownership given up. Returns the topics closed."""
+        self._unloading.add(bundle)
+        try:
+            closed = []
+            for name, topic in list(self.topics.items()):
+                if bundle_of(topic.topic_name) != bundle:
+                    continue
+                topic.disconnect_clients()
+                await topic.close()
+                self.topics.pop(name, None)
+                closed.append(name)
+            await self.ownership.release(bundle)
+            log.info(
+                "unloaded bundle %s/%s (%d topics)", bundle.namespace, bundle.name, len(closed)
+            )
+            return closed
+        finally:
+            self._unloading.discard(bundle)
 
     async def abandon(self) -> None:
         """The metadata session is lost: drop every topic without writing anything."""

@@ -441,6 +441,18 @@ class PersistentTopic:
             await subscription.close()
         await self.ml.delete_cursor(name)
 
+    def disconnect_clients(self) -> None:
+        """Tell every producer and consumer the broker closed them: they look the topic up
+        again and reconnect wherever it is served next."""
+        for producer in list(self.producers):
+            if producer.sink is not None:
+                producer.sink.close_producer(producer.producer_id)
+        self.producers.clear()
+        for subscription in self.subscriptions.values():
+            for consumer in list(subscription.consumers.values()):
+                consumer.sink.close_consumer(consumer.slot.consumer_id)
+                subscription.remove_consumer(consumer)
+
     async def close(self) -> None:
         for subscription in self.subscriptions.values():
             await subscription.close()

@@ -608,3 +608,32 @@ async def test_topic_auto_creation_policies(
         assert await in_thread(try_produce, strict.service_url, "auto-partitioned") == "ok"
     finally:
         await strict.stop()
+
+
+async def test_unloading_a_bundle_moves_clients_without_loss(broker: BrokerServer) -> None:
+    from stripemq.broker.ownership import bundle_of
+    from stripemq.broker.topic_name import TopicName
+
+    topic = "persistent://public/default/unloaded"
+    loop = asyncio.get_running_loop()
+    client = pulsar.Client(broker.service_url, operation_timeout_seconds=30)
+    try:
+        consumer = await loop.run_in_executor(None, lambda: client.subscribe(topic, "sub"))
+        producer = await loop.run_in_executor(
+            None, lambda: client.create_producer(topic, batching_enabled=False)
+        )
+        for i in range(10):
+            await loop.run_in_executor(None, producer.send, f"m{i}".encode())
+        assert broker.service is not None
+        closed = await broker.service.unload(bundle_of(TopicName.parse(topic)))
+        assert closed == [topic]
+        for i in range(10, 20):  # the producer reconnects through a lookup
+            await loop.run_in_executor(None, producer.send, f"m{i}".encode())
+        got = []
+        for _ in range(20):
+            message = await loop.run_in_executor(None, consumer.receive, 10_000)
+            got.append(message.data().decode())
+            consumer.acknowledge(message)
+        assert sorted(set(got), key=lambda m: int(m[1:])) == [f"m{i}" for i in range(20)]
+    finally:
+        await loop.run_in_executor(None, client.close)
