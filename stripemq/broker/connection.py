@@ -106,6 +106,7 @@ class ServerConnection:
             pb.BaseCommand.UNSUBSCRIBE: self._on_unsubscribe,
             pb.BaseCommand.GET_LAST_MESSAGE_ID: self._on_get_last_message_id,
             pb.BaseCommand.SEEK: self._on_seek,
+            pb.BaseCommand.GET_TOPICS_OF_NAMESPACE: self._on_topics_of_namespace,
         }
 
     # ------------------------------------------------------------------ the loop
@@ -236,6 +237,18 @@ class ServerConnection:
                 ),
                 request_id=body.request_id,
                 authoritative=True,
+            )
+        )
+
+    async def _on_topics_of_namespace(
+        self, frame: Frame, body: pb.CommandGetTopicsOfNamespace
+    ) -> None:
+        topics = []
+        if body.mode != pb.CommandGetTopicsOfNamespace.NON_PERSISTENT:
+            topics = await self.service.topics_of_namespace(body.namespace)
+        self.write(
+            pb.CommandGetTopicsOfNamespaceResponse(
+                request_id=body.request_id, topics=topics, filtered=False, changed=True
             )
         )
 

@@ -637,3 +637,46 @@ async def test_unloading_a_bundle_moves_clients_without_loss(broker: BrokerServe
         assert sorted(set(got), key=lambda m: int(m[1:])) == [f"m{i}" for i in range(20)]
     finally:
         await loop.run_in_executor(None, client.close)
+
+
+def pattern_round(url: str) -> list[str]:
+    import re
+
+    client = pulsar.Client(url, operation_timeout_seconds=10)
+    try:
+        for name in ("multi-a", "multi-b", "other"):
+            client.subscribe(name, "sub").close()
+        consumer = client.subscribe(re.compile("persistent://public/default/multi-.*"), "sub")
+        for name in ("multi-a", "multi-b", "other"):
+            client.create_producer(name).send(name.encode())
+        got = []
+        while True:
+            try:
+                message = consumer.receive(timeout_millis=3000)
+            except pulsar.Timeout:
+                return sorted(got)
+            got.append(message.data().decode())
+            consumer.acknowledge(message)
+    finally:
+        client.close()
+
+
+async def test_pattern_subscriptions_list_the_namespace(broker: BrokerServer) -> None:
+    assert await in_thread(pattern_round, broker.service_url) == ["multi-a", "multi-b"]
+
+
+def second_exclusive(url: str) -> str:
+    client = pulsar.Client(url, operation_timeout_seconds=10)
+    try:
+        client.subscribe("exclusive-sub", "only", consumer_type=pulsar.ConsumerType.Exclusive)
+        try:
+            client.subscribe("exclusive-sub", "only", consumer_type=pulsar.ConsumerType.Exclusive)
+            return "subscribed"
+        except pulsar.PulsarException as exc:
+            return type(exc).__name__
+    finally:
+        client.close()
+
+
+async def test_a_second_exclusive_consumer_is_refused(broker: BrokerServer) -> None:
+    assert await in_thread(second_exclusive, broker.service_url) == "ConsumerBusy"
