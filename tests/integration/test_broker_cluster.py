@@ -28,14 +28,15 @@ SETTINGS = {
 }
 
 
-@pytest.fixture
+@pytest.fixture(params=[False, True], ids=["plain", "dedup"])
 async def brokers(
-    metadata_url: str, tmp_path: Path
+    metadata_url: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> AsyncIterator[tuple[BrokerProcess, BrokerProcess]]:
+    settings = {**SETTINGS, "broker_deduplication_enabled": request.param}
     async with BookieCluster(metadata_url, tmp_path / "bookies", 3):
         pair = (
-            BrokerProcess(metadata_url, tmp_path, settings=SETTINGS),
-            BrokerProcess(metadata_url, tmp_path, settings=SETTINGS),
+            BrokerProcess(metadata_url, tmp_path, settings=settings),
+            BrokerProcess(metadata_url, tmp_path, settings=settings),
         )
         try:
             await asyncio.gather(*(b.start() for b in pair))
@@ -62,7 +63,9 @@ def produce_through_a_kill(url: str, topic: str, kill) -> tuple[list[int], list[
     failed: list[int] = []
     try:
         client.subscribe(topic, "sub").close()
-        producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=30_000)
+        producer = client.create_producer(
+            topic, producer_name="rider", batching_enabled=False, send_timeout_millis=30_000
+        )
         for i in range(300):
             if i == 100:
                 kill()
@@ -137,6 +140,8 @@ async def test_a_killed_brokers_topics_are_taken_over_without_loss(
     assert set(acked) <= set(got)  # every acknowledged message is there
     assert set(got) <= set(acked) | set(failed)
     duplicates = len(got) - len(set(got))
+    if brokers[0].settings["broker_deduplication_enabled"]:
+        assert duplicates == 0, "a resend after the takeover was stored twice"
     print(f"\n{len(acked)} acked, {len(failed)} failed, {len(got)} consumed, {duplicates} twice")
 
 

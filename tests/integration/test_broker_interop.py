@@ -16,8 +16,11 @@ from stripemq.broker.server import BrokerServer
 from stripemq.broker.service import TopicPolicies
 from stripemq.metadata import MetadataStore
 from stripemq.testing.cluster import BookieCluster
+from stripemq.testing.standalone import StandaloneProcess
 
 pytestmark = pytest.mark.integration
+
+Target = BrokerServer | StandaloneProcess
 
 
 @pytest.fixture
@@ -33,6 +36,31 @@ async def broker(
             port=0,
             ml_config=ManagedLedgerConfig(max_entries_per_ledger=50, min_rollover_time_s=0),
         )
+        await server.start()
+        try:
+            yield server
+        finally:
+            await server.stop()
+            await bk.close()
+
+
+@pytest.fixture(params=["broker", "standalone"])
+async def target(
+    request: pytest.FixtureRequest, metadata_url: str, store: MetadataStore, tmp_path: Path
+) -> AsyncIterator[Target]:
+    """The same scenarios against a broker on a bookie cluster and against a standalone."""
+    if request.param == "standalone":
+        standalone = StandaloneProcess(tmp_path / "standalone")
+        await standalone.start()
+        try:
+            yield standalone
+        finally:
+            standalone.kill()
+        return
+    async with BookieCluster(metadata_url, tmp_path / "bookies", 2):
+        bk = BookKeeper(store, ClientConfig(explicit_lac_interval_ms=100))
+        await bk.start()
+        server = BrokerServer(store, bk, port=0)
         await server.start()
         try:
             yield server
@@ -96,10 +124,8 @@ def nothing_left(url: str, topic: str, sub: str) -> bool:
 
 
 @pytest.mark.parametrize("batching", [False, True])
-async def test_produce_and_consume_with_the_official_client(
-    broker: BrokerServer, batching: bool
-) -> None:
-    url = broker.service_url
+async def test_produce_and_consume_with_the_official_client(target: Target, batching: bool) -> None:
+    url = target.service_url
     topic = f"persistent://public/default/interop-{batching}"
     # The subscription exists before the messages: without one (and without retention)
     # a topic keeps nothing it has rolled past, as in Pulsar.
@@ -142,25 +168,27 @@ def shared_round(url: str, topic: str) -> tuple[list[str], list[str], list[str]]
 
 
 async def test_shared_consumers_split_messages_and_inherit_unacked_ones(
-    broker: BrokerServer,
+    target: Target,
 ) -> None:
-    first, second, _ = await in_thread(shared_round, broker.service_url, "shared-topic")
+    first, second, _ = await in_thread(shared_round, target.service_url, "shared-topic")
     assert len(first) == 5
     assert sorted(second, key=lambda m: int(m[1:])) == [f"m{i}" for i in range(40)]
 
 
-async def test_garbage_closes_that_connection_only(broker: BrokerServer) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", broker.port)
+async def test_garbage_closes_that_connection_only(
+    target: Target,
+) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", target.port)
     writer.write(b"\x00\x00\x00\x08\x00\x00\x00\x04GET ")
     await writer.drain()
     assert await asyncio.wait_for(reader.read(), 10) == b""  # closed by the broker
     writer.close()
-    reader, writer = await asyncio.open_connection("127.0.0.1", broker.port)
+    reader, writer = await asyncio.open_connection("127.0.0.1", target.port)
     writer.write(b"\x7f\xff\xff\xff")  # a 2 GB frame
     await writer.drain()
     assert await asyncio.wait_for(reader.read(), 10) == b""
     writer.close()
-    url = broker.service_url
+    url = target.service_url
     assert await in_thread(nothing_left, url, "after-garbage", "sub")  # still serving
 
 
@@ -191,8 +219,10 @@ def failover_round(url: str, topic: str) -> tuple[list[str], list[str]]:
         client.close()
 
 
-async def test_failover_has_one_active_consumer_and_hands_over(broker: BrokerServer) -> None:
-    first, second = await in_thread(failover_round, broker.service_url, "failover-topic")
+async def test_failover_has_one_active_consumer_and_hands_over(
+    target: Target,
+) -> None:
+    first, second = await in_thread(failover_round, target.service_url, "failover-topic")
     assert first == [f"m{i}" for i in range(10)]
     assert second == [f"m{i}" for i in range(10, 30)]
 
@@ -225,8 +255,10 @@ def key_shared_round(url: str, topic: str) -> dict[str, list[tuple[str, int]]]:
         client.close()
 
 
-async def test_key_shared_keeps_each_key_on_one_consumer_in_order(broker: BrokerServer) -> None:
-    seen = await in_thread(key_shared_round, broker.service_url, "key-shared-topic")
+async def test_key_shared_keeps_each_key_on_one_consumer_in_order(
+    target: Target,
+) -> None:
+    seen = await in_thread(key_shared_round, target.service_url, "key-shared-topic")
     assert sorted(seen) == [f"key-{k}" for k in range(10)]
     for key, deliveries in seen.items():
         assert len({consumer for consumer, _ in deliveries}) == 1, key
@@ -324,8 +356,8 @@ def reader_and_seek_round(url: str, topic: str) -> dict[str, list[str]]:
         client.close()
 
 
-async def test_readers_and_seek(broker: BrokerServer) -> None:
-    results = await in_thread(reader_and_seek_round, broker.service_url, "reader-topic")
+async def test_readers_and_seek(target: Target) -> None:
+    results = await in_thread(reader_and_seek_round, target.service_url, "reader-topic")
     assert results["earliest"] == [f"m{i}" for i in range(20)]
     assert results["after_ten"] == [f"m{i}" for i in range(10, 20)]
     assert results["latest"] == ["late"]
@@ -434,8 +466,8 @@ def access_modes_round(url: str) -> dict[str, str]:
     return outcome
 
 
-async def test_producer_access_modes(broker: BrokerServer) -> None:
-    outcome = await in_thread(access_modes_round, broker.service_url)
+async def test_producer_access_modes(target: Target) -> None:
+    outcome = await in_thread(access_modes_round, target.service_url)
     assert outcome["shared_beside_exclusive"] == "ProducerBusy"
     assert outcome["fencer"] == "sent"
 
@@ -488,10 +520,10 @@ def compression_round(url: str, topic: str, compression: object) -> list[str]:
 
 
 @pytest.mark.parametrize("codec", ["LZ4", "ZSTD", "ZLib"])
-async def test_compressed_batches_pass_through_unchanged(broker: BrokerServer, codec: str) -> None:
+async def test_compressed_batches_pass_through_unchanged(target: Target, codec: str) -> None:
     got = await in_thread(
         compression_round,
-        broker.service_url,
+        target.service_url,
         f"compressed-{codec}",
         getattr(pulsar.CompressionType, codec),
     )
@@ -548,8 +580,10 @@ def redelivery_round(url: str, topic: str) -> dict[str, object]:
         client.close()
 
 
-async def test_negative_acks_ack_timeouts_and_cumulative_acks(broker: BrokerServer) -> None:
-    outcome = await in_thread(redelivery_round, broker.service_url, "redelivery-topic")
+async def test_negative_acks_ack_timeouts_and_cumulative_acks(
+    target: Target,
+) -> None:
+    outcome = await in_thread(redelivery_round, target.service_url, "redelivery-topic")
     assert sorted(outcome["nack_seen"]) == sorted(  # type: ignore[arg-type]
         ["m0", "m0", "m1", "m2", "m3", "m4"]
     )
@@ -661,8 +695,10 @@ def pattern_round(url: str) -> list[str]:
         client.close()
 
 
-async def test_pattern_subscriptions_list_the_namespace(broker: BrokerServer) -> None:
-    assert await in_thread(pattern_round, broker.service_url) == ["multi-a", "multi-b"]
+async def test_pattern_subscriptions_list_the_namespace(
+    target: Target,
+) -> None:
+    assert await in_thread(pattern_round, target.service_url) == ["multi-a", "multi-b"]
 
 
 def second_exclusive(url: str) -> str:
@@ -678,5 +714,7 @@ def second_exclusive(url: str) -> str:
         client.close()
 
 
-async def test_a_second_exclusive_consumer_is_refused(broker: BrokerServer) -> None:
-    assert await in_thread(second_exclusive, broker.service_url) == "ConsumerBusy"
+async def test_a_second_exclusive_consumer_is_refused(
+    target: Target,
+) -> None:
+    assert await in_thread(second_exclusive, target.service_url) == "ConsumerBusy"

@@ -1,0 +1,54 @@
+"""``stripemq standalone`` as a child process for tests and benchmarks."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from stripemq.testing.polling import until
+from stripemq.testing.ports import free_port
+from stripemq.testing.process import ChildProcess
+
+
+class StandaloneProcess(ChildProcess):
+    """One standalone (embedded metadata, one bookie, one broker) on free ports."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = Path(data_dir)
+        super().__init__(self.data_dir.parent / f"{self.data_dir.name}.log")
+        self.port = free_port()
+        self.bookie_port = free_port()
+        self.stats_port = free_port()
+
+    @property
+    def service_url(self) -> str:
+        return f"pulsar://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        return self.stripemq_command(
+            "standalone",
+            "--data-dir",
+            str(self.data_dir),
+            "--broker-port",
+            str(self.port),
+            "--bookie-port",
+            str(self.bookie_port),
+            settings={"stats_http_port": self.stats_port},
+        )
+
+    async def start(self, timeout: float = 60.0) -> None:
+        """Start and wait until the broker accepts connections."""
+        self.spawn()
+
+        async def listening() -> bool:
+            code = self.exited_with()
+            if code is not None:
+                raise RuntimeError(f"standalone exited with {code}; log:\n{self.tail_log()}")
+            try:
+                _reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+            except OSError:
+                return False
+            writer.close()
+            return True
+
+        await until(listening, "the standalone broker listens", timeout=timeout)
