@@ -170,12 +170,32 @@ class ServerConnection:
 
     def _refuse(self, frame: Frame, body: Any, exc: BaseException) -> None:
         request_id = getattr(body, "request_id", None)
-        name = pb.BaseCommand.Type.Name(frame.command.type)
-        log.info("%s from %s refused: %s", name, self.peer, exc)
-        if request_id is not None:
+        kind = frame.command.type
+        log.info("%s from %s refused: %s", pb.BaseCommand.Type.Name(kind), self.peer, exc)
+        if request_id is None:
+            return
+        error, message = _server_error(exc), str(exc)
+        # Lookups are answered with their own response types (clients wait for those).
+        if kind == pb.BaseCommand.LOOKUP:
             self.write(
-                pb.CommandError(request_id=request_id, error=_server_error(exc), message=str(exc))
+                pb.CommandLookupTopicResponse(
+                    request_id=request_id,
+                    response=pb.CommandLookupTopicResponse.Failed,
+                    error=error,
+                    message=message,
+                )
             )
+        elif kind == pb.BaseCommand.PARTITIONED_METADATA:
+            self.write(
+                pb.CommandPartitionedTopicMetadataResponse(
+                    request_id=request_id,
+                    response=pb.CommandPartitionedTopicMetadataResponse.Failed,
+                    error=error,
+                    message=message,
+                )
+            )
+        else:
+            self.write(pb.CommandError(request_id=request_id, error=error, message=message))
 
     def _refuse_unsupported(self, frame: Frame, body: Message | None) -> None:
         name = pb.BaseCommand.Type.Name(frame.command.type)

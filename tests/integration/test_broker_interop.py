@@ -718,3 +718,64 @@ async def test_a_second_exclusive_consumer_is_refused(
     target: Target,
 ) -> None:
     assert await in_thread(second_exclusive, target.service_url) == "ConsumerBusy"
+
+
+async def test_bad_requests_get_protocol_errors_and_the_connection_stays(
+    target: Target,
+) -> None:
+    from stripemq.proto import pulsar_api_pb2 as pb
+    from stripemq.proto.frames import (
+        FrameDecoder,
+        encode_command,
+        encode_entry,
+        encode_payload_command,
+    )
+
+    reader, writer = await asyncio.open_connection("127.0.0.1", target.port)
+    decoder = FrameDecoder()
+
+    async def reply(*frames: bytes) -> pb.BaseCommand:
+        for frame in frames:
+            writer.write(frame)
+        while True:
+            got = decoder.feed(await asyncio.wait_for(reader.read(65536), 10))
+            if got:
+                return got[0].command
+
+    connected = await reply(
+        encode_command(pb.CommandConnect(client_version="t", protocol_version=20))
+    )
+    assert connected.type == pb.BaseCommand.CONNECTED
+    metadata = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=1)
+    # SEND before PRODUCER
+    answer = await reply(
+        encode_payload_command(
+            pb.CommandSend(producer_id=9, sequence_id=1), encode_entry(metadata, b"x")
+        )
+    )
+    assert (
+        answer.type == pb.BaseCommand.SEND_ERROR and answer.send_error.error == pb.NotAllowedError
+    )
+    # an invalid topic name
+    answer = await reply(encode_command(pb.CommandLookupTopic(topic="bad://x", request_id=1)))
+    assert answer.lookupTopicResponse.response == pb.CommandLookupTopicResponse.Failed
+    assert answer.lookupTopicResponse.error == pb.InvalidTopicName
+    # a corrupted entry
+    answer = await reply(
+        encode_command(pb.CommandProducer(topic="checksums", producer_id=1, request_id=2))
+    )
+    assert answer.type == pb.BaseCommand.PRODUCER_SUCCESS
+    entry = bytearray(encode_entry(metadata, b"payload"))
+    entry[-1] ^= 0x01
+    answer = await reply(
+        encode_payload_command(pb.CommandSend(producer_id=1, sequence_id=1), bytes(entry))
+    )
+    assert answer.type == pb.BaseCommand.SEND_ERROR and answer.send_error.error == pb.ChecksumError
+    # ... and the connection still works
+    answer = await reply(
+        encode_payload_command(
+            pb.CommandSend(producer_id=1, sequence_id=2), encode_entry(metadata, b"payload")
+        )
+    )
+    assert answer.type == pb.BaseCommand.SEND_RECEIPT
+    writer.close()
