@@ -26,7 +26,6 @@ import contextlib
 import json
 import logging
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -39,52 +38,19 @@ import pulsar
 
 from stripemq.testing.bench import bench_cluster, percentile, progress
 from stripemq.testing.broker import BrokerProcess
-from stripemq.testing.polling import until
-from stripemq.testing.ports import free_port
+from stripemq.testing.standalone import StandaloneProcess
 
 MESSAGE_BYTES = 1024
 
 
 @contextlib.asynccontextmanager
 async def standalone(base: Path) -> AsyncIterator[str]:
-    port = free_port()
-    log = open(base / "standalone.log", "ab")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "stripemq",
-            "standalone",
-            "--data-dir",
-            str(base / "data"),
-            "--broker-port",
-            str(port),
-            "--bookie-port",
-            str(free_port()),
-            "-c",
-            f"stats_http_port={free_port()}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-
-    async def listening() -> bool:
-        if proc.poll() is not None:
-            raise RuntimeError(f"standalone exited; see {base / 'standalone.log'}")
-        try:
-            _reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
-            return False
-        writer.close()
-        return True
-
+    process = StandaloneProcess(base / "data")
+    await process.start()
     try:
-        await until(listening, "standalone listens", timeout=60)
-        yield f"pulsar://127.0.0.1:{port}"
+        yield process.service_url
     finally:
-        proc.terminate()
-        proc.wait(30)
-        log.close()
+        process.terminate()
 
 
 @contextlib.asynccontextmanager

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
-from stripemq.testing.polling import until
+from stripemq.bookie.client import BookKeeper, ClientConfig
+from stripemq.broker.server import BrokerServer
+from stripemq.metadata import MetadataStore
+from stripemq.testing.cluster import BookieCluster
 from stripemq.testing.ports import free_port
 from stripemq.testing.process import ChildProcess
 
@@ -43,16 +48,25 @@ class BrokerProcess(ChildProcess):
     async def start(self, timeout: float = 30.0) -> None:
         """Start the process and wait until it accepts connections."""
         self.spawn()
+        await self.wait_listening(self.port, "broker", timeout)
 
-        async def listening() -> bool:
-            code = self.exited_with()
-            if code is not None:
-                raise RuntimeError(f"broker exited with {code}; log:\n{self.tail_log()}")
-            try:
-                _reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
-            except OSError:
-                return False
-            writer.close()
-            return True
 
-        await until(listening, f"broker on port {self.port} listens", timeout=timeout)
+@contextlib.asynccontextmanager
+async def broker_on_bookies(
+    metadata_url: str,
+    store: MetadataStore,
+    base: Path,
+    bookies: int = 2,
+    **server_options: Any,
+) -> AsyncIterator[BrokerServer]:
+    """An in-process broker (on a free port) over ``bookies`` real bookie processes."""
+    async with BookieCluster(metadata_url, base / "bookies", bookies):
+        bk = BookKeeper(store, ClientConfig(explicit_lac_interval_ms=100))
+        await bk.start()
+        server = BrokerServer(store, bk, port=0, **server_options)
+        await server.start()
+        try:
+            yield server
+        finally:
+            await server.stop()
+            await bk.close()

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
+
+from stripemq.testing.polling import until
 
 
 class ChildProcess:
@@ -58,6 +61,22 @@ class ChildProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             return self.proc.wait()
+
+    async def wait_listening(self, port: int, what: str, timeout: float) -> None:
+        """Until something accepts TCP connections on ``port``; fails early if we exit."""
+
+        async def listening() -> bool:
+            code = self.exited_with()
+            if code is not None:
+                raise RuntimeError(f"{what} exited with {code}; log:\n{self.tail_log()}")
+            try:
+                _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                return False
+            writer.close()
+            return True
+
+        await until(listening, f"{what} listens on port {port}", timeout=timeout)
 
     def tail_log(self, lines: int = 40) -> str:
         try:

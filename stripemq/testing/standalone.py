@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
-from stripemq.testing.polling import until
 from stripemq.testing.ports import free_port
 from stripemq.testing.process import ChildProcess
 
@@ -39,16 +37,4 @@ class StandaloneProcess(ChildProcess):
     async def start(self, timeout: float = 60.0) -> None:
         """Start and wait until the broker accepts connections."""
         self.spawn()
-
-        async def listening() -> bool:
-            code = self.exited_with()
-            if code is not None:
-                raise RuntimeError(f"standalone exited with {code}; log:\n{self.tail_log()}")
-            try:
-                _reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
-            except OSError:
-                return False
-            writer.close()
-            return True
-
-        await until(listening, "the standalone broker listens", timeout=timeout)
+        await self.wait_listening(self.port, "standalone", timeout)

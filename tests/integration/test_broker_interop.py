@@ -15,6 +15,7 @@ from stripemq.broker.managed_ledger_config import ManagedLedgerConfig
 from stripemq.broker.server import BrokerServer
 from stripemq.broker.service import TopicPolicies
 from stripemq.metadata import MetadataStore
+from stripemq.testing.broker import broker_on_bookies
 from stripemq.testing.cluster import BookieCluster
 from stripemq.testing.standalone import StandaloneProcess
 
@@ -27,21 +28,9 @@ Target = BrokerServer | StandaloneProcess
 async def broker(
     metadata_url: str, store: MetadataStore, tmp_path: Path
 ) -> AsyncIterator[BrokerServer]:
-    async with BookieCluster(metadata_url, tmp_path / "bookies", 2):
-        bk = BookKeeper(store, ClientConfig(explicit_lac_interval_ms=100))
-        await bk.start()
-        server = BrokerServer(
-            store,
-            bk,
-            port=0,
-            ml_config=ManagedLedgerConfig(max_entries_per_ledger=50, min_rollover_time_s=0),
-        )
-        await server.start()
-        try:
-            yield server
-        finally:
-            await server.stop()
-            await bk.close()
+    config = ManagedLedgerConfig(max_entries_per_ledger=50, min_rollover_time_s=0)
+    async with broker_on_bookies(metadata_url, store, tmp_path, ml_config=config) as server:
+        yield server
 
 
 @pytest.fixture(params=["broker", "standalone"])
@@ -57,16 +46,8 @@ async def target(
         finally:
             standalone.kill()
         return
-    async with BookieCluster(metadata_url, tmp_path / "bookies", 2):
-        bk = BookKeeper(store, ClientConfig(explicit_lac_interval_ms=100))
-        await bk.start()
-        server = BrokerServer(store, bk, port=0)
-        await server.start()
-        try:
-            yield server
-        finally:
-            await server.stop()
-            await bk.close()
+    async with broker_on_bookies(metadata_url, store, tmp_path) as server:
+        yield server
 
 
 async def in_thread(work, *args):  # type: ignore[no-untyped-def]

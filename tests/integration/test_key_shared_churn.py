@@ -13,11 +13,10 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from stripemq.bookie.client import BookKeeper, ClientConfig
 from stripemq.broker.managed_ledger_config import ManagedLedgerConfig
 from stripemq.broker.server import BrokerServer
 from stripemq.metadata import MetadataStore
-from stripemq.testing.cluster import BookieCluster
+from stripemq.testing.broker import broker_on_bookies
 
 pytestmark = pytest.mark.integration
 
@@ -29,21 +28,9 @@ KEYS = 60
 async def broker(
     metadata_url: str, store: MetadataStore, tmp_path: Path
 ) -> AsyncIterator[BrokerServer]:
-    async with BookieCluster(metadata_url, tmp_path / "bookies", 2):
-        bk = BookKeeper(store, ClientConfig(explicit_lac_interval_ms=100))
-        await bk.start()
-        server = BrokerServer(
-            store,
-            bk,
-            port=0,
-            ml_config=ManagedLedgerConfig(max_entries_per_ledger=500, min_rollover_time_s=0),
-        )
-        await server.start()
-        try:
-            yield server
-        finally:
-            await server.stop()
-            await bk.close()
+    config = ManagedLedgerConfig(max_entries_per_ledger=500, min_rollover_time_s=0)
+    async with broker_on_bookies(metadata_url, store, tmp_path, ml_config=config) as server:
+        yield server
 
 
 class ChurningConsumer(threading.Thread):
