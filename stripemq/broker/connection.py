@@ -448,6 +448,7 @@ class ServerConnection:
         consumer = self.consumers.pop(body.consumer_id, None)
         if consumer is not None:
             consumer.subscription.remove_consumer(consumer)
+            await consumer.subscription.persist_acks()  # its acks hold once close returns
             await consumer.subscription.topic.drop_if_unused(consumer.subscription)
         self.write(pb.CommandSuccess(request_id=body.request_id))
 

@@ -220,6 +220,15 @@ class Subscription:
             self.delivery.give_back(consumer.slot, positions)
         self._wake.set()
 
+    async def persist_acks(self) -> None:
+        """Snapshot the cursor now rather than at its next turn (a consumer is leaving)."""
+        if not isinstance(self.cursor, ManagedCursor):
+            return
+        try:
+            await self.cursor.flush()
+        except StripeMQError as exc:  # storage or metadata trouble: acks come again later
+            log.warning("subscription %s on %s: %s", self.name, self.topic.name, exc)
+
     def seek(self, position: Position) -> list[Consumer]:
         """Restart delivery at ``position``; returns the consumers to disconnect (they
         reconnect and read from there, as Pulsar's clients expect after a seek)."""

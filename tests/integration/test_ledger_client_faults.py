@@ -45,6 +45,20 @@ class ProxyClient:
         self.read_delay: dict[int, float] = {}
         self.fail_adds: Callable[[int], bool] = lambda _e: False
         self.tasks: set[asyncio.Task[None]] = set()
+        self.acked: set[int] = set()  # entries this bookie acknowledged
+        self._acked_changed = asyncio.Event()
+
+    async def until_acked(self, entry_id: int, timeout: float = 10.0) -> None:
+        """Wait until this bookie has acknowledged ``entry_id``."""
+        async with asyncio.timeout(timeout):
+            while entry_id not in self.acked:
+                self._acked_changed.clear()
+                await self._acked_changed.wait()
+
+    def _record(self, entry_id: int, future: asyncio.Future[tuple[int, int]]) -> None:
+        if not future.cancelled() and future.exception() is None:
+            self.acked.add(entry_id)
+            self._acked_changed.set()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.real, name)
@@ -55,7 +69,9 @@ class ProxyClient:
         entry_id = verify_entry(entry).entry_id
         gate = self.hold_adds.get(entry_id)
         if gate is None and not self.fail_adds(entry_id):
-            return self.real.add_entry(master_key, entry, recovery_add=recovery_add)
+            future = self.real.add_entry(master_key, entry, recovery_add=recovery_add)
+            future.add_done_callback(lambda f: self._record(entry_id, f))
+            return future
         loop = asyncio.get_running_loop()
         out: asyncio.Future[tuple[int, int]] = loop.create_future()
 
@@ -129,7 +145,7 @@ async def test_recovery_reads_fence_so_a_missed_fence_cannot_lose_a_confirmed_en
         w[c].hold_adds[5] = gate_c
         fut = handle.add_entry_async(payload(5))
         fut.add_done_callback(lambda f: f.exception())
-        await asyncio.sleep(0.5)  # B has acked entry 5 (1 of 2)
+        await w[b].until_acked(5)  # B has acked entry 5 (1 of 2)
         assert not fut.done()
 
         r[c].fence_failures = 1  # C's fence times out; A, B still cover every write set
@@ -144,7 +160,7 @@ async def test_recovery_reads_fence_so_a_missed_fence_cannot_lose_a_confirmed_en
         except LedgerFencedError:
             confirmed = None
         gate_a.set()
-        await asyncio.sleep(0.2)
+        await asyncio.gather(*w[a].tasks, return_exceptions=True)  # A's add lands, or fails
 
         # An entry the writer was told is durable must be in the ledger.
         assert confirmed is None or confirmed <= closed_at, (
@@ -171,12 +187,12 @@ async def test_a_zero_timeout_tail_poll_never_reports_an_unconfirmed_entry(
         handle = await bk.create_ledger(3, 3, 2)
         for i in range(5):
             await handle.add_entry(payload(i))
-        a, _b, c = handle.ensemble
+        a, b, c = handle.ensemble
         w[a].hold_adds[5] = asyncio.Event()
         w[c].hold_adds[5] = asyncio.Event()
         fut = handle.add_entry_async(payload(5))  # reaches B only: not confirmed
         fut.add_done_callback(lambda f: f.cancelled() or f.exception())
-        await asyncio.sleep(0.5)
+        await w[b].until_acked(5)
         assert handle.last_add_confirmed == 4
 
         reader = await bk.open_ledger(handle.ledger_id, recovery=False)
