@@ -14,7 +14,7 @@ import logging
 from stripemq.broker.managed_ledger import InitialPosition, ManagedLedger
 from stripemq.cursor.managed_cursor import ManagedCursor
 from stripemq.cursor.position import Position
-from stripemq.proto.frames import parse_entry
+from stripemq.proto.frames import entry_metadata
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class Deduplication:
             if not entries:
                 break
             for entry in entries:
-                metadata, _payload, _problem = parse_entry(entry.data)
+                metadata = entry_metadata(entry.data)
                 if metadata is not None:
                     highest = max(metadata.sequence_id, metadata.highest_sequence_id)
                     name = metadata.producer_name
@@ -80,10 +80,8 @@ class Deduplication:
 
     def failed(self, producer_name: str, sequence_id: int) -> None:
         """The append failed: the sequence ids from this one on may be sent again."""
-        self.pushed[producer_name] = min(self.pushed.get(producer_name, -1), sequence_id - 1)
-        self.pushed[producer_name] = max(
-            self.pushed[producer_name], self.persisted.get(producer_name, -1)
-        )
+        pushed = min(self.pushed.get(producer_name, -1), sequence_id - 1)
+        self.pushed[producer_name] = max(pushed, self.persisted.get(producer_name, -1))
 
     def stored(self, producer_name: str, highest_sequence_id: int, position: Position) -> None:
         self.persisted[producer_name] = max(

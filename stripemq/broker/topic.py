@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from stripemq.cursor.non_durable import NonDurableCursor
 from stripemq.cursor.position import Position
 from stripemq.errors import ManagedLedgerError, StripeMQError
 from stripemq.proto import pulsar_api_pb2 as pb
-from stripemq.proto.frames import parse_entry
+from stripemq.proto.frames import entry_metadata
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +92,7 @@ def make_dispatcher(sub_type: int, partition_index: int, sticky: bool) -> Dispat
 
 def entry_info(position: Position, data: bytes) -> EntryInfo:
     """Messages in the entry and its key (ordering key, else partition key)."""
-    metadata, _payload, _problem = parse_entry(data)
+    metadata = entry_metadata(data)
     if metadata is None:
         return EntryInfo(position, 1, NO_KEY)
     messages = (
@@ -360,7 +359,6 @@ class PersistentTopic:
         self._producers_changed = asyncio.Condition()
         self.subscriptions: dict[str, Subscription] = {}
         self.dedup: Deduplication | None = None
-        self._producer_names = itertools.count()
 
     async def add_producer(self, producer: Producer) -> None:
         """Admit a producer by its access mode (Pulsar's ProducerAccessMode)."""
@@ -439,7 +437,7 @@ class PersistentTopic:
             if not entries:
                 return self.ml.chain.write_position()
             for entry in entries:
-                metadata, _payload, _problem = parse_entry(entry.data)
+                metadata = entry_metadata(entry.data)
                 if metadata is not None and metadata.publish_time >= publish_time_ms:
                     return entry.position
             position = self.ml.chain.next_valid(entries[-1].position)

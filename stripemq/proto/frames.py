@@ -200,27 +200,42 @@ def _magic(data: memoryview) -> int | None:
 def parse_entry(entry: bytes) -> tuple[pb.MessageMetadata | None, bytes, str | None]:
     """``(metadata, payload, problem)`` of a stored or sent entry; ``problem`` says why the
     entry cannot be used (its checksum or metadata), ``None`` if it can."""
-    view = memoryview(entry)
+    metadata, rest, problem = _read_metadata(memoryview(entry), verify=True)
+    return metadata, bytes(rest) if metadata is not None else b"", problem
+
+
+def entry_metadata(entry: bytes) -> pb.MessageMetadata | None:
+    """The metadata of an entry verified when it arrived (the broker's stored entries):
+    no second checksum pass over the payload, and no copy of it. ``None`` if unreadable."""
+    metadata, _rest, _problem = _read_metadata(memoryview(entry), verify=False)
+    return metadata
+
+
+def _read_metadata(
+    view: memoryview, *, verify: bool
+) -> tuple[pb.MessageMetadata | None, memoryview, str | None]:
+    """The metadata, the payload after it, and what is wrong if anything."""
+    empty = memoryview(b"")
     if _magic(view) == MAGIC_CHECKSUM:
         if len(view) < 6:
-            return None, b"", "checksum cut short"
+            return None, empty, "checksum cut short"
         (expected,) = _U32.unpack_from(view, 2)
         view = view[6:]
-        if crc32c.crc32c(view) != expected:
-            return None, b"", "checksum mismatch"
+        if verify and crc32c.crc32c(view) != expected:
+            return None, empty, "checksum mismatch"
     if len(view) < 4:
-        return None, b"", "no metadata size"
+        return None, empty, "no metadata size"
     (length,) = _U32.unpack_from(view, 0)
     if 4 + length > len(view):
-        return None, b"", f"metadata size {length} runs past the entry"
+        return None, empty, f"metadata size {length} runs past the entry"
     metadata = pb.MessageMetadata()
     try:
         metadata.ParseFromString(bytes(view[4 : 4 + length]))
     except (DecodeError, RuntimeError) as exc:
-        return None, b"", f"unreadable metadata: {exc}"
+        return None, empty, f"unreadable metadata: {exc}"
     if not metadata.IsInitialized():
-        return None, b"", "metadata lacks " + ", ".join(metadata.FindInitializationErrors())
-    return metadata, bytes(view[4 + length :]), None
+        return None, empty, "metadata lacks " + ", ".join(metadata.FindInitializationErrors())
+    return metadata, view[4 + length :], None
 
 
 # ---------------------------------------------------------------------------- batches
