@@ -33,6 +33,7 @@ from stripemq.cursor.snapshot import (
     restore_state,
 )
 from stripemq.cursor.state import BatchAck, CursorState
+from stripemq.cursor.view import CursorView
 from stripemq.errors import (
     BadVersionError,
     BookieError,
@@ -125,7 +126,7 @@ class CursorEnvironment:
     on_persisted: Callable[[ManagedCursor], None] | None = None
 
 
-class ManagedCursor:
+class ManagedCursor(CursorView):
     """One subscription's acknowledgements on a managed ledger, kept durable.
 
     Made by ``create`` (a new cursor) or ``recover`` (an existing one, after any crash).
@@ -214,25 +215,6 @@ class ManagedCursor:
         return cursor
 
     # ------------------------------------------------------------------ reading state
-
-    @property
-    def mark_delete_position(self) -> Position:
-        return self.state.mark_delete
-
-    @property
-    def read_position(self) -> Position:
-        return self.state.read_position
-
-    @property
-    def backlog(self) -> int:
-        return self.state.backlog
-
-    @property
-    def properties(self) -> dict[str, int]:
-        return self.state.properties
-
-    def is_acked(self, position: Position) -> bool:
-        return self.state.is_acked(position)
 
     def stats(self) -> CursorStats:
         return CursorStats(

@@ -9,27 +9,13 @@ from __future__ import annotations
 from stripemq.cursor.ledger_chain import LedgerChain
 from stripemq.cursor.position import Position
 from stripemq.cursor.state import BatchAck, CursorState
+from stripemq.cursor.view import CursorView
 
 
-class NonDurableCursor:
+class NonDurableCursor(CursorView):
     def __init__(self, name: str, chain: LedgerChain, mark_delete: Position) -> None:
         self.name = name
         self.state = CursorState(name, chain, mark_delete)
-
-    @property
-    def mark_delete_position(self) -> Position:
-        return self.state.mark_delete
-
-    @property
-    def read_position(self) -> Position:
-        return self.state.read_position
-
-    @property
-    def backlog(self) -> int:
-        return self.state.backlog
-
-    def is_acked(self, position: Position) -> bool:
-        return self.state.is_acked(position)
 
     def ack(self, positions: list[Position]) -> int:
         return self.state.ack(positions)
