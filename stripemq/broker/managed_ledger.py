@@ -138,6 +138,11 @@ class ManagedLedgerFactory:
     async def exists(self, name: str) -> bool:
         return await self.store.exists(managed_ledger_path(name)) is not None
 
+    async def names_under(self, prefix: str) -> list[str]:
+        """Names of the managed ledgers directly under ``prefix`` (``a/b`` -> ``a/b/x``...)."""
+        children = await self.store.children(managed_ledger_path(prefix))
+        return [f"{prefix}/{unquote(child)}" for child in children]
+
     async def delete(self, name: str) -> None:
         """Delete a managed ledger, its cursors and all their ledgers."""
         ml = await self.open(name, create=False)

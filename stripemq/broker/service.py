@@ -7,11 +7,9 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass
-from urllib.parse import quote, unquote
 
 from stripemq.bookie.client import BookKeeper
 from stripemq.broker.dedup import Deduplication
-from stripemq.broker.managed_ledger import ROOT as ML_ROOT
 from stripemq.broker.managed_ledger import ManagedLedgerFactory
 from stripemq.broker.managed_ledger_config import ManagedLedgerConfig
 from stripemq.broker.namespaces import ensure_defaults, namespace_exists
@@ -70,10 +68,8 @@ class BrokerService:
         tenant, _, local_namespace = namespace.partition("/")
         if not tenant or not local_namespace or "/" in local_namespace:
             raise BrokerError(pb.MetadataError, f"invalid namespace {namespace!r}")
-        path = f"{ML_ROOT}/{quote(tenant, safe='-_.')}/{quote(local_namespace, safe='-_.')}"
-        names = await self.store.children(f"{path}/persistent")
-        # Node names are the managed-ledger name's parts quoted again: unquote twice.
-        return sorted(f"persistent://{namespace}/{unquote(unquote(name))}" for name in names)
+        names = await self.factory.names_under(f"{namespace}/persistent")
+        return sorted(str(TopicName.from_managed_ledger_name(name)) for name in names)
 
     async def partitions(self, topic_name: TopicName) -> int:
         """Partitions of a topic, making it partitioned first if policy says so."""

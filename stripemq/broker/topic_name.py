@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from stripemq.errors import StripeMQError
 
@@ -93,6 +93,12 @@ class TopicName:
         return TopicName(
             self.domain, self.tenant, self.namespace, f"{self.local_name}{PARTITION_SUFFIX}{index}"
         )
+
+    @classmethod
+    def from_managed_ledger_name(cls, name: str) -> TopicName:
+        """The topic whose ``managed_ledger_name`` is ``name``."""
+        tenant, namespace, domain, local = name.split("/", 3)
+        return cls(domain, tenant, namespace, unquote(local))
 
     @property
     def managed_ledger_name(self) -> str:

@@ -31,6 +31,7 @@ def test_partitions() -> None:
 def test_managed_ledger_names_encode_the_local_name() -> None:
     topic = TopicName.parse("persistent://t/ns/a b/c")
     assert topic.managed_ledger_name == "t/ns/persistent/a%20b%2Fc"
+    assert TopicName.from_managed_ledger_name(topic.managed_ledger_name) == topic
 
 
 @pytest.mark.parametrize(
