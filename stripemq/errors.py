@@ -267,3 +267,226 @@ class InvalidCursorPositionError(ManagedLedgerError):
 
 class ConfigError(StripeMQError):
     """A configuration file or option is invalid."""
+
+
+# --------------------------------------------------------------------------- Pulsar client
+
+
+class ClientError(StripeMQError):
+    """A client operation failed. ``server_error`` is the Pulsar ``ServerError`` code the
+    broker answered with, when the failure came from a broker."""
+
+    server_error: str | None = None
+    retriable: bool = False  # worth another attempt on a fresh connection
+
+
+class ClientTimeoutError(ClientError, TimeoutError):
+    """An operation (send, lookup, subscribe, receive) did not finish in time."""
+
+
+class AlreadyClosedError(ClientError):
+    """The client, producer, consumer or reader is closed."""
+
+
+class ConnectError(ClientError):
+    """No connection to the broker could be made or it broke mid-request."""
+
+    retriable = True
+
+
+class TopicLookupError(ClientError):
+    """The broker could not say which broker serves a topic."""
+
+    retriable = True
+
+
+class InvalidConfigurationError(ClientError):
+    """An argument that cannot work (a bad URL, an unknown option value)."""
+
+
+class InvalidMessageError(ClientError):
+    """A message id or message that does not belong where it is used (another topic's)."""
+
+
+class MessageTooBigError(ClientError):
+    """The message exceeds the broker's maximum message size; refused before sending."""
+
+
+class ProducerQueueIsFullError(ClientError):
+    """The producer's pending-message limit is reached and it does not block."""
+
+
+class CumulativeAcknowledgementNotAllowedError(ClientError):
+    """Cumulative acks are not allowed on Shared and Key_Shared subscriptions."""
+
+
+class ServerClientError(ClientError):
+    """A broker refused a request with a ``ServerError`` this client has no own type for."""
+
+
+# Codes follow Pulsar's ServerError enum.
+
+
+class MetadataClientError(ServerClientError):
+    """The broker's metadata store failed."""
+
+    server_error = "MetadataError"
+    retriable = True
+
+
+class PersistenceClientError(ServerClientError):
+    """The broker could not store or read the data."""
+
+    server_error = "PersistenceError"
+    retriable = True
+
+
+class AuthenticationError(ServerClientError):
+    """Authentication failed."""
+
+    server_error = "AuthenticationError"
+
+
+class AuthorizationError(ServerClientError):
+    """The role may not do this."""
+
+    server_error = "AuthorizationError"
+
+
+class ConsumerBusyError(ServerClientError):
+    """The subscription is held by another consumer."""
+
+    server_error = "ConsumerBusy"
+
+
+class ServiceNotReadyError(ServerClientError):
+    """The broker does not serve the topic right now (unloading, starting)."""
+
+    server_error = "ServiceNotReady"
+    retriable = True
+
+
+class ProducerBlockedQuotaExceededError(ServerClientError):
+    """The topic's backlog quota is exceeded."""
+
+    server_error = "ProducerBlockedQuotaExceededError"
+
+
+class ChecksumClientError(ServerClientError):
+    """The message arrived corrupted."""
+
+    server_error = "ChecksumError"
+
+
+class UnsupportedVersionError(ServerClientError):
+    """The broker does not support this protocol version."""
+
+    server_error = "UnsupportedVersionError"
+
+
+class TopicNotFoundError(ServerClientError):
+    """No such topic."""
+
+    server_error = "TopicNotFound"
+
+
+class SubscriptionNotFoundError(ServerClientError):
+    """No such subscription."""
+
+    server_error = "SubscriptionNotFound"
+
+
+class ConsumerNotFoundError(ServerClientError):
+    """The broker no longer knows this consumer."""
+
+    server_error = "ConsumerNotFound"
+    retriable = True
+
+
+class TooManyRequestsError(ServerClientError):
+    """The broker is throttling requests."""
+
+    server_error = "TooManyRequests"
+    retriable = True
+
+
+class TopicTerminatedError(ServerClientError):
+    """The topic is terminated."""
+
+    server_error = "TopicTerminatedError"
+
+
+class ProducerBusyError(ServerClientError):
+    """A producer by that name, or with exclusive access, already exists."""
+
+    server_error = "ProducerBusy"
+
+
+class InvalidTopicNameError(StripeMQError):
+    """Not a topic name Pulsar would accept; raised before anything is sent, and by the
+    broker for names clients send."""
+
+    server_error = "InvalidTopicName"
+
+
+class IncompatibleSchemaError(ServerClientError):
+    """The schema is incompatible with the topic's."""
+
+    server_error = "IncompatibleSchema"
+
+
+class ConsumerAssignError(ServerClientError):
+    """No consumer could be assigned."""
+
+    server_error = "ConsumerAssignError"
+
+
+class NotAllowedError(ServerClientError):
+    """The operation is not allowed."""
+
+    server_error = "NotAllowedError"
+
+
+class ProducerFencedError(ServerClientError):
+    """Another producer took exclusive access to the topic."""
+
+    server_error = "ProducerFenced"
+
+
+CLIENT_ERRORS_BY_SERVER_ERROR: dict[str, type[StripeMQError]] = {
+    cls.server_error: cls  # type: ignore[attr-defined]
+    for cls in (
+        MetadataClientError,
+        PersistenceClientError,
+        AuthenticationError,
+        AuthorizationError,
+        ConsumerBusyError,
+        ServiceNotReadyError,
+        ProducerBlockedQuotaExceededError,
+        ChecksumClientError,
+        UnsupportedVersionError,
+        TopicNotFoundError,
+        SubscriptionNotFoundError,
+        ConsumerNotFoundError,
+        TooManyRequestsError,
+        TopicTerminatedError,
+        ProducerBusyError,
+        InvalidTopicNameError,
+        IncompatibleSchemaError,
+        ConsumerAssignError,
+        NotAllowedError,
+        ProducerFencedError,
+    )
+}
+CLIENT_ERRORS_BY_SERVER_ERROR["ProducerBlockedQuotaExceededException"] = (
+    ProducerBlockedQuotaExceededError
+)
+
+
+def client_error_from_server(name: str, message: str) -> StripeMQError:
+    """The typed error for a broker's ``ServerError`` (by its enum name)."""
+    cls = CLIENT_ERRORS_BY_SERVER_ERROR.get(name, ServerClientError)
+    err = cls(message or name)
+    if cls is ServerClientError:
+        err.server_error = name  # type: ignore[attr-defined]
+    return err

@@ -55,6 +55,7 @@ class BrokerApp:
                         self.config.allow_auto_topic_creation_type == "partitioned"
                     ),
                     default_partitions=self.config.default_num_partitions,
+                    delayed_delivery=self.config.delayed_delivery_config(),
                 ),
                 keepalive_s=self.config.keep_alive_interval_seconds,
             )

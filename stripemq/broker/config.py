@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stripemq.broker.delayed_delivery import DelayedDeliveryConfig
 from stripemq.broker.managed_ledger_config import ManagedLedgerConfig
 from stripemq.cursor.config import CursorConfig
 from stripemq.errors import ConfigError
@@ -32,6 +33,11 @@ class BrokerConfig:
     default_num_partitions: int = 1
     # A quiet client is PINGed this often, and dropped after twice as long in silence.
     keep_alive_interval_seconds: float = 30.0
+    # Shared and Key_Shared subscriptions hold a message back until its deliver_at_time;
+    # due messages are released at most once per tick (a message may come up to a tick
+    # late, never early).
+    delayed_delivery_enabled: bool = True
+    delayed_delivery_tick_time_millis: int = 1000
 
     # Topic storage (managedLedger* settings).
     managed_ledger_default_ensemble_size: int = 2
@@ -61,7 +67,15 @@ class BrokerConfig:
             raise ConfigError("default_num_partitions must be >= 1")
         if self.managed_ledger_default_mark_delete_rate_limit <= 0:
             raise ConfigError("managed_ledger_default_mark_delete_rate_limit must be > 0")
+        if self.delayed_delivery_tick_time_millis < 0:
+            raise ConfigError("delayed_delivery_tick_time_millis must be >= 0")
         self.managed_ledger_config().validate()
+
+    def delayed_delivery_config(self) -> DelayedDeliveryConfig:
+        return DelayedDeliveryConfig(
+            enabled=self.delayed_delivery_enabled,
+            tick_ms=self.delayed_delivery_tick_time_millis,
+        )
 
     def managed_ledger_config(self) -> ManagedLedgerConfig:
         retention_time = self.default_retention_time_in_minutes

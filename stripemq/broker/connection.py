@@ -19,7 +19,6 @@ from stripemq.broker.dispatch import ConsumerSlot
 from stripemq.broker.managed_ledger import InitialPosition
 from stripemq.broker.service import BrokerService
 from stripemq.broker.topic import BrokerError, Consumer, Producer, Subscription
-from stripemq.broker.topic_name import InvalidTopicNameError, TopicName
 from stripemq.cursor.position import Position
 from stripemq.errors import ManagedLedgerError, StripeMQError
 from stripemq.proto import pulsar_api_pb2 as pb
@@ -33,6 +32,7 @@ from stripemq.proto.frames import (
     encode_command,
     encode_payload_command,
 )
+from stripemq.proto.topic_name import InvalidTopicNameError, TopicName
 
 log = logging.getLogger(__name__)
 
@@ -384,7 +384,11 @@ class ServerConnection:
                 if body.HasField("start_message_id")
                 else (EARLIEST if initial is InitialPosition.EARLIEST else None)
             )
-            subscription = topic.subscribe_non_durable(body.subscription, body.subType, start)
+            existing = topic.subscriptions.get(body.subscription)
+            if existing is not None and not existing.durable and not existing.consumers:
+                subscription = existing  # a reader back after a seek: keep its position
+            else:
+                subscription = topic.subscribe_non_durable(body.subscription, body.subType, start)
         slot = ConsumerSlot(body.consumer_id, body.consumer_name, body.priority_level)
         consumer = Consumer(slot, self, subscription)
         self.consumers[body.consumer_id] = consumer

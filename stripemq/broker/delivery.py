@@ -1,9 +1,10 @@
 """A subscription's delivery decisions, without I/O: what goes to whom, and what waits.
 
 Entries come in two streams: *replays* (given back by a consumer that left or asked for
-redelivery, or held back by Key_Shared) and *new* entries read from the cursor's read
-position. Replays always go first, oldest first. ``plan`` turns entries into deliveries;
-``Subscription`` reads the entries and sends what ``plan`` returns.
+redelivery, held back by Key_Shared, or delayed by their producer and now due) and *new*
+entries read from the cursor's read position. Replays always go first, oldest first.
+``plan`` turns entries into deliveries; ``Subscription`` reads the entries and sends what
+``plan`` returns.
 """
 
 from __future__ import annotations
@@ -12,17 +13,20 @@ import bisect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from stripemq.broker.delayed_delivery import DelayedDeliveryTracker
 from stripemq.broker.dispatch import ConsumerSlot, Dispatcher
 from stripemq.cursor.position import Position
 
 
 @dataclass(frozen=True)
 class EntryInfo:
-    """What dispatch needs of an entry: where it is, how many messages, which key."""
+    """What dispatch needs of an entry: where it is, how many messages, which key, and
+    when its producer wants it delivered (ms since the epoch; ``None``: at once)."""
 
     position: Position
     messages: int = 1
     key: bytes | None = None
+    deliver_at_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -41,11 +45,21 @@ class Plan:
 
 
 class DeliveryState:
-    """Replays, redelivery counts and the dispatcher of one subscription."""
+    """Replays, redelivery counts and the dispatcher of one subscription.
 
-    def __init__(self, dispatcher: Dispatcher, is_acked: Callable[[Position], bool]) -> None:
+    With a ``delayed`` tracker (Shared and Key_Shared subscriptions), new entries whose
+    delivery time is still to come are held there instead of being delivered.
+    """
+
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        is_acked: Callable[[Position], bool],
+        delayed: DelayedDeliveryTracker | None = None,
+    ) -> None:
         self.dispatcher = dispatcher
         self.is_acked = is_acked
+        self.delayed = delayed
         self._replay: list[Position] = []  # sorted
         self._delivered_before: set[Position] = set()  # replays that were delivered once
         self.redelivery_counts: dict[Position, int] = {}
@@ -81,6 +95,29 @@ class DeliveryState:
         """A replay that no longer exists (its ledger was trimmed)."""
         self._forget(position)
 
+    # ------------------------------------------------------------------ delayed delivery
+
+    def release_delayed(self, now_ms: int) -> int:
+        """Delayed entries due at ``now_ms`` become replays (first deliveries, so their
+        redelivery count stays 0); returns how many."""
+        if self.delayed is None:
+            return 0
+        released = 0
+        for position in self.delayed.ready(now_ms):
+            if not self.is_acked(position):
+                self._add_replay(position, delivered=False)
+                released += 1
+        return released
+
+    def _delays(self, entry: EntryInfo, now_ms: int | None) -> bool:
+        """Whether ``entry`` is to wait in the tracker (it is put there if so)."""
+        if self.delayed is None or entry.deliver_at_ms is None or now_ms is None:
+            return False
+        if entry.deliver_at_ms <= now_ms:
+            return False
+        self.delayed.add(entry.position, entry.deliver_at_ms)
+        return True
+
     # ------------------------------------------------------------------ consumers
 
     def consumer_removed(self, slot: ConsumerSlot) -> None:
@@ -99,16 +136,24 @@ class DeliveryState:
             self._add_replay(position, delivered=True)
 
     def acknowledged(self, slot: ConsumerSlot, positions: Iterable[Position]) -> None:
+        positions = list(positions)
         done = [p for p in positions if p in slot.pending]
         slot.acknowledged(done)
         self.dispatcher.released(slot, done)
         for position in done:
             self.redelivery_counts.pop(position, None)
+        if self.delayed is not None:  # acknowledged before it was due: nothing to deliver
+            for position in positions:
+                self.delayed.remove(position)
 
     # ------------------------------------------------------------------ planning
 
-    def plan(self, entries: list[EntryInfo], *, replay: bool) -> Plan:
-        """Deliveries for ``entries`` (replays, or new entries in position order)."""
+    def plan(self, entries: list[EntryInfo], *, replay: bool, now_ms: int | None = None) -> Plan:
+        """Deliveries for ``entries`` (replays, or new entries in position order).
+
+        New entries due after ``now_ms`` go to the delayed tracker (if there is one) and
+        count as dealt with; replays are never delayed again.
+        """
         deliveries: list[Delivery] = []
         consumed: Position | None = None
         for entry in entries:
@@ -117,6 +162,9 @@ class DeliveryState:
                 if replay:
                     self._forget(position)
                 consumed = position
+                continue
+            if not replay and self._delays(entry, now_ms):
+                consumed = position  # held in the tracker: the reads go on past it
                 continue
             slot = self.dispatcher.pick(position, entry.messages, entry.key)
             if slot is None:

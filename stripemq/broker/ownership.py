@@ -13,9 +13,9 @@ import logging
 import zlib
 from dataclasses import dataclass
 
-from stripemq.broker.topic_name import TopicName
 from stripemq.errors import NodeExistsError, NotFoundError
 from stripemq.metadata import MetadataStore
+from stripemq.proto.topic_name import TopicName
 
 log = logging.getLogger(__name__)
 

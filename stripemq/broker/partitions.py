@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from urllib.parse import quote
 
-from stripemq.broker.topic_name import InvalidTopicNameError, TopicName
 from stripemq.errors import NodeExistsError, StripeMQError
 from stripemq.metadata import MetadataStore
+from stripemq.proto.topic_name import InvalidTopicNameError, TopicName
 
 ROOT = "/stripemq/partitioned-topics"
 

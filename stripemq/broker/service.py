@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from stripemq.bookie.client import BookKeeper
 from stripemq.broker.dedup import Deduplication
+from stripemq.broker.delayed_delivery import DelayedDeliveryConfig
 from stripemq.broker.managed_ledger import ManagedLedgerFactory
 from stripemq.broker.managed_ledger_config import ManagedLedgerConfig
 from stripemq.broker.namespaces import ensure_defaults, namespace_exists
@@ -20,10 +21,10 @@ from stripemq.broker.partitions import (
     partition_count,
 )
 from stripemq.broker.topic import BrokerError, PersistentTopic
-from stripemq.broker.topic_name import TopicName
 from stripemq.errors import StripeMQError
 from stripemq.metadata import MetadataStore
 from stripemq.proto import pulsar_api_pb2 as pb
+from stripemq.proto.topic_name import TopicName
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,7 @@ class TopicPolicies:
     auto_create: bool = True
     auto_create_partitioned: bool = False
     default_partitions: int = 1
+    delayed_delivery: DelayedDeliveryConfig = field(default_factory=DelayedDeliveryConfig)
 
 
 class BrokerService:
@@ -132,7 +134,7 @@ class BrokerService:
     async def _open(self, topic_name: TopicName) -> PersistentTopic:
         await self._check_may_open(topic_name)
         ml = await self.factory.open(topic_name.managed_ledger_name)
-        topic = PersistentTopic(topic_name, ml)
+        topic = PersistentTopic(topic_name, ml, self.policies.delayed_delivery)
         if self.policies.deduplication:
             topic.dedup = Deduplication(ml)
             await topic.dedup.start()

@@ -2,7 +2,9 @@
 
 Entries are stored as the producer sent them (metadata and payload, checksum included) and
 delivered unchanged. Each subscription has a durable cursor and a dispatch loop that hands
-entries to consumers as their permits allow.
+entries to consumers as their permits allow. On Shared and Key_Shared subscriptions an
+entry its producer wants delivered later waits in a delayed-delivery tracker, and a timer
+on the event loop replays it when it is due.
 """
 
 from __future__ import annotations
@@ -10,11 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
 from stripemq.broker.dedup import Deduplication
+from stripemq.broker.delayed_delivery import DelayedDeliveryConfig, DelayedDeliveryTracker
 from stripemq.broker.delivery import Delivery, DeliveryState, EntryInfo
 from stripemq.broker.dispatch import (
     ConsumerSlot,
@@ -25,19 +29,21 @@ from stripemq.broker.dispatch import (
 )
 from stripemq.broker.key_shared import ConsumerAssignError, KeySharedDispatcher
 from stripemq.broker.managed_ledger import InitialPosition, ManagedLedger
-from stripemq.broker.topic_name import TopicName
 from stripemq.cursor.managed_cursor import ManagedCursor
 from stripemq.cursor.non_durable import NonDurableCursor
 from stripemq.cursor.position import Position
 from stripemq.errors import ManagedLedgerError, StripeMQError
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.frames import entry_metadata
+from stripemq.proto.topic_name import TopicName
 
 log = logging.getLogger(__name__)
 
 READ_BATCH = 100
 NO_KEY = b"NONE_KEY"  # what Pulsar hashes for a message without a key
 SubType = pb.CommandSubscribe.SubType
+# Subscription types that honour a message's delivery time (Pulsar ignores it on the others).
+DELAYING_TYPES = frozenset({SubType.Shared, SubType.Key_Shared})
 
 
 class BrokerError(StripeMQError):
@@ -90,8 +96,14 @@ def make_dispatcher(sub_type: int, partition_index: int, sticky: bool) -> Dispat
     return SingleActiveDispatcher()
 
 
+def _now_ms() -> int:
+    """Wall-clock milliseconds since the epoch: the clock producers set delivery times by."""
+    return time.time_ns() // 1_000_000
+
+
 def entry_info(position: Position, data: bytes) -> EntryInfo:
-    """Messages in the entry and its key (ordering key, else partition key)."""
+    """Messages in the entry, its key (ordering key, else partition key) and the time it
+    is to be delivered at (a batch entry as a whole, by the entry's metadata)."""
     metadata = entry_metadata(data)
     if metadata is None:
         return EntryInfo(position, 1, NO_KEY)
@@ -104,7 +116,8 @@ def entry_info(position: Position, data: bytes) -> EntryInfo:
         key = metadata.partition_key.encode()
     else:
         key = NO_KEY
-    return EntryInfo(position, messages, key)
+    deliver_at = metadata.deliver_at_time if metadata.HasField("deliver_at_time") else None
+    return EntryInfo(position, messages, key, deliver_at)
 
 
 class Subscription:
@@ -123,11 +136,23 @@ class Subscription:
         self.name = cursor.name
         self.sub_type = sub_type
         self.dispatcher = make_dispatcher(sub_type, topic.topic_name.partition_index, sticky)
-        self.delivery = DeliveryState(self.dispatcher, cursor.is_acked)
+        self.delivery = self._new_delivery_state()
         self.consumers: dict[int, Consumer] = {}
         self._active: ConsumerSlot | None = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        # The timer that releases due delayed entries, and the time (ms) it is set for.
+        self._delayed_timer: asyncio.TimerHandle | None = None
+        self._delayed_timer_at: int | None = None
+
+    def _new_delivery_state(self) -> DeliveryState:
+        """Delivery state from scratch; with a delayed-delivery tracker where the
+        subscription type honours delivery times and the broker has them enabled."""
+        config = self.topic.delayed_delivery
+        tracker = None
+        if config.enabled and self.sub_type in DELAYING_TYPES:
+            tracker = DelayedDeliveryTracker(config.tick_ms)
+        return DeliveryState(self.dispatcher, self.cursor.is_acked, tracker)
 
     # ------------------------------------------------------------------ consumers
 
@@ -235,11 +260,13 @@ class Subscription:
         consumers = list(self.consumers.values())
         for consumer in consumers:
             self.remove_consumer(consumer)
-        self.delivery = DeliveryState(self.dispatcher, self.cursor.is_acked)
+        self.delivery = self._new_delivery_state()  # delayed entries are read again too
+        self._cancel_delayed_timer()
         self._wake.set()
         return consumers
 
     async def close(self) -> None:
+        self._cancel_delayed_timer()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -294,11 +321,54 @@ class Subscription:
         if not entries:
             return False, False
         data = {entry.position: entry.data for entry in entries}
-        plan = self.delivery.plan([entry_info(e.position, e.data) for e in entries], replay=False)
+        plan = self.delivery.plan(
+            [entry_info(e.position, e.data) for e in entries], replay=False, now_ms=_now_ms()
+        )
         self._send(plan.deliveries, data)
         if plan.consumed_through is not None:
             self.cursor.state.advance_read(plan.consumed_through)
+        self._schedule_delayed_timer()
         return True, plan.consumed_through is not None
+
+    # ------------------------------------------------------------------ delayed delivery
+
+    def _schedule_delayed_timer(self) -> None:
+        """Set the timer for the tracker's next deadline (or none if nothing waits)."""
+        tracker = self.delivery.delayed
+        deadline = tracker.next_deadline() if tracker is not None else None
+        if deadline == self._delayed_timer_at:
+            return
+        self._cancel_delayed_timer()
+        if deadline is None:
+            return
+        wait_ms = deadline - _now_ms()
+        # A deadline a hair ahead still waits a millisecond: no spinning until it comes.
+        delay = max(wait_ms, 1) / 1000 if wait_ms > 0 else 0.0
+        loop = asyncio.get_running_loop()
+        self._delayed_timer = loop.call_later(delay, self._on_delayed_timer)
+        self._delayed_timer_at = deadline
+
+    def _cancel_delayed_timer(self) -> None:
+        if self._delayed_timer is not None:
+            self._delayed_timer.cancel()
+        self._delayed_timer = None
+        self._delayed_timer_at = None
+
+    def _on_delayed_timer(self) -> None:
+        """Due delayed entries become replays; the dispatch loop sends them as permits
+        allow. The timer is then set for whatever waits next."""
+        self._delayed_timer = None
+        self._delayed_timer_at = None
+        released = self.delivery.release_delayed(_now_ms())
+        if released:
+            log.debug(
+                "subscription %s on %s: %d delayed entries due",
+                self.name,
+                self.topic.name,
+                released,
+            )
+            self._wake.set()
+        self._schedule_delayed_timer()
 
     def _send(self, deliveries: list[Delivery], data: dict[Position, bytes]) -> None:
         partition = self.topic.topic_name.partition_index
@@ -351,10 +421,16 @@ def _words_of(bits: list[int]) -> list[int]:
 class PersistentTopic:
     """A topic this broker serves: its managed ledger, producers and subscriptions."""
 
-    def __init__(self, topic_name: TopicName, ml: ManagedLedger) -> None:
+    def __init__(
+        self,
+        topic_name: TopicName,
+        ml: ManagedLedger,
+        delayed_delivery: DelayedDeliveryConfig | None = None,
+    ) -> None:
         self.topic_name = topic_name
         self.name = str(topic_name)
         self.ml = ml
+        self.delayed_delivery = delayed_delivery or DelayedDeliveryConfig()
         self.producers: list[Producer] = []
         self._producers_changed = asyncio.Condition()
         self.subscriptions: dict[str, Subscription] = {}

@@ -11,8 +11,8 @@ import pulsar
 import pytest
 
 from stripemq.broker.ownership import bundle_of
-from stripemq.broker.topic_name import TopicName
 from stripemq.metadata import MetadataStore
+from stripemq.proto.topic_name import TopicName
 from stripemq.testing.broker import BrokerProcess
 from stripemq.testing.cluster import BookieCluster
 from stripemq.testing.polling import until

@@ -269,7 +269,7 @@ def partitioned_round(url: str, topic: str) -> tuple[set[int], dict[str, list[in
 
 async def test_partitioned_topics(broker: BrokerServer) -> None:
     from stripemq.broker.partitions import create_partitioned_topic
-    from stripemq.broker.topic_name import TopicName
+    from stripemq.proto.topic_name import TopicName
 
     topic = "persistent://public/default/partitioned"
     assert broker.service is not None
@@ -627,7 +627,7 @@ async def test_topic_auto_creation_policies(
 
 async def test_unloading_a_bundle_moves_clients_without_loss(broker: BrokerServer) -> None:
     from stripemq.broker.ownership import bundle_of
-    from stripemq.broker.topic_name import TopicName
+    from stripemq.proto.topic_name import TopicName
 
     topic = "persistent://public/default/unloaded"
     loop = asyncio.get_running_loop()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stripemq.broker.topic_name import InvalidTopicNameError, TopicName
+from stripemq.proto.topic_name import InvalidTopicNameError, TopicName
 
 
 def test_short_forms_complete_like_pulsar() -> None:

@@ -12,7 +12,9 @@ import re
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
-from stripemq.errors import StripeMQError
+from stripemq.errors import InvalidTopicNameError
+
+__all__ = ["InvalidTopicNameError", "TopicName"]
 
 DEFAULT_TENANT = "public"
 DEFAULT_NAMESPACE = "default"
@@ -20,12 +22,6 @@ PARTITION_SUFFIX = "-partition-"
 _DOMAINS = ("persistent", "non-persistent")
 # Pulsar's rule for tenant and namespace names.
 _NAME_PART = re.compile(r"^[-=:.\w]+$")
-
-
-class InvalidTopicNameError(StripeMQError):
-    """Not a topic name Pulsar would accept (the protocol's ``InvalidTopicName``)."""
-
-    server_error = "InvalidTopicName"
 
 
 @dataclass(frozen=True)

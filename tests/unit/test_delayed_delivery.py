@@ -1,0 +1,384 @@
+"""Delayed delivery: the tracker alone, the delivery decisions around it, and a
+subscription's timer on an in-memory ledger."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass, field
+
+import pytest
+
+from stripemq.broker.config import BrokerConfig
+from stripemq.broker.delayed_delivery import DelayedDeliveryConfig, DelayedDeliveryTracker
+from stripemq.broker.delivery import DeliveryState, EntryInfo
+from stripemq.broker.dispatch import ConsumerSlot, Dispatcher, RoundRobinDispatcher
+from stripemq.broker.key_shared import KeySharedDispatcher
+from stripemq.broker.managed_ledger import Entry
+from stripemq.broker.topic import Consumer, Subscription, entry_info
+from stripemq.cursor.ledger_chain import LedgerChain, LedgerInfo
+from stripemq.cursor.non_durable import NonDurableCursor
+from stripemq.cursor.position import Position
+from stripemq.errors import ConfigError
+from stripemq.proto import pulsar_api_pb2 as pb
+from stripemq.proto.frames import encode_entry
+
+
+def p(entry_id: int) -> Position:
+    return Position(1, entry_id)
+
+
+# ---------------------------------------------------------------------- the tracker
+
+
+def test_due_positions_come_out_in_position_order_and_never_early() -> None:
+    tracker = DelayedDeliveryTracker(tick_ms=0)
+    tracker.add(p(3), 1000)
+    tracker.add(p(1), 3000)
+    tracker.add(p(2), 1000)
+    assert len(tracker) == 3
+    assert tracker.next_deadline() == 1000
+    assert tracker.ready(999) == []
+    assert tracker.ready(1000) == [p(2), p(3)]
+    assert tracker.next_deadline() == 3000
+    assert tracker.ready(2999) == []
+    assert tracker.ready(5000) == [p(1)]
+    assert len(tracker) == 0
+    assert tracker.next_deadline() is None
+
+
+def test_an_entry_read_twice_keeps_its_first_time() -> None:
+    tracker = DelayedDeliveryTracker(tick_ms=0)
+    assert tracker.add(p(1), 500)
+    assert not tracker.add(p(1), 100)
+    assert p(1) in tracker and len(tracker) == 1
+    assert tracker.ready(499) == []
+    assert tracker.ready(500) == [p(1)]
+
+
+def test_releases_happen_at_most_once_per_tick() -> None:
+    tracker = DelayedDeliveryTracker(tick_ms=1000)
+    tracker.add(p(1), 10_000)
+    tracker.add(p(2), 10_200)
+    assert tracker.next_deadline() == 10_000  # nothing released yet: no tick to wait for
+    assert tracker.ready(10_000) == [p(1)]
+    assert tracker.next_deadline() == 11_000  # due at 10,200, but within the tick
+    assert tracker.ready(10_500) == []
+    assert tracker.ready(11_000) == [p(2)]
+    tracker.add(p(3), 20_000)
+    assert tracker.next_deadline() == 20_000  # the tick has long passed
+
+
+def test_remove_and_clear() -> None:
+    tracker = DelayedDeliveryTracker()
+    tracker.add(p(1), 100)
+    tracker.add(p(2), 200)
+    assert tracker.remove(p(1))
+    assert not tracker.remove(p(1))
+    assert tracker.next_deadline() == 200
+    tracker.clear()
+    assert len(tracker) == 0 and tracker.next_deadline() is None and tracker.ready(10**12) == []
+
+
+def test_a_negative_tick_is_refused() -> None:
+    with pytest.raises(ValueError):
+        DelayedDeliveryTracker(tick_ms=-1)
+
+
+def test_broker_settings() -> None:
+    config = BrokerConfig()
+    assert config.delayed_delivery_config() == DelayedDeliveryConfig(enabled=True, tick_ms=1000)
+    config = BrokerConfig(delayed_delivery_enabled=False, delayed_delivery_tick_time_millis=50)
+    assert config.delayed_delivery_config() == DelayedDeliveryConfig(enabled=False, tick_ms=50)
+    with pytest.raises(ConfigError, match="delayed_delivery_tick_time_millis"):
+        BrokerConfig(delayed_delivery_tick_time_millis=-5).validate()
+
+
+def test_entry_info_reads_the_delivery_time_of_the_entry() -> None:
+    metadata = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1)
+    assert entry_info(p(0), encode_entry(metadata, b"x")).deliver_at_ms is None
+    metadata.deliver_at_time = 1_700_000_000_123
+    assert entry_info(p(0), encode_entry(metadata, b"x")).deliver_at_ms == 1_700_000_000_123
+
+
+# ---------------------------------------------------------------------- delivery decisions
+
+
+def shared_state(acked: set[Position], tick_ms: int = 0) -> DeliveryState:
+    return DeliveryState(
+        RoundRobinDispatcher(), acked.__contains__, DelayedDeliveryTracker(tick_ms)
+    )
+
+
+def replay(state: DeliveryState, infos: dict[Position, EntryInfo]) -> list[Position]:
+    positions = state.replay_positions(100)
+    plan = state.plan([infos[position] for position in positions], replay=True, now_ms=0)
+    return [delivery.position for delivery in plan.deliveries]
+
+
+def test_delayed_entries_wait_and_later_ones_go_on() -> None:
+    acked: set[Position] = set()
+    state = shared_state(acked)
+    slot = ConsumerSlot(1, "c", permits=10)
+    state.dispatcher.add_consumer(slot)
+    infos = {
+        p(0): EntryInfo(p(0)),
+        p(1): EntryInfo(p(1), deliver_at_ms=2000),
+        p(2): EntryInfo(p(2), deliver_at_ms=500),  # already due: not delayed
+        p(3): EntryInfo(p(3)),
+        p(4): EntryInfo(p(4), deliver_at_ms=3000),
+    }
+    plan = state.plan(list(infos.values()), replay=False, now_ms=1000)
+    assert [d.position for d in plan.deliveries] == [p(0), p(2), p(3)]
+    assert plan.consumed_through == p(4)  # the reads go on past the delayed ones
+    assert state.delayed is not None and len(state.delayed) == 2
+    assert state.release_delayed(1999) == 0 and not state.replay_pending
+    assert state.release_delayed(2000) == 1
+    [delivery] = state.plan([infos[p(1)]], replay=True, now_ms=2000).deliveries
+    assert delivery.position == p(1) and delivery.redelivery_count == 0  # a first delivery
+    assert state.release_delayed(3000) == 1
+    assert replay(state, infos) == [p(4)]
+    assert slot.permits == 10 - 5
+
+
+def test_released_entries_wait_for_permits() -> None:
+    state = shared_state(set())
+    slot = ConsumerSlot(1, "c", permits=1)
+    state.dispatcher.add_consumer(slot)
+    infos = {p(i): EntryInfo(p(i), deliver_at_ms=100) for i in range(3)}
+    plan = state.plan(list(infos.values()), replay=False, now_ms=0)
+    assert plan.deliveries == [] and plan.consumed_through == p(2)
+    assert state.release_delayed(100) == 3
+    assert replay(state, infos) == [p(0)]
+    assert replay(state, infos) == []  # no permits left: they wait, in order
+    slot.permits += 5
+    assert replay(state, infos) == [p(1), p(2)]
+
+
+def test_an_entry_acknowledged_before_its_time_is_not_delivered() -> None:
+    acked: set[Position] = set()
+    state = shared_state(acked)
+    slot = ConsumerSlot(1, "c", permits=10)
+    state.dispatcher.add_consumer(slot)
+    infos = {p(i): EntryInfo(p(i), deliver_at_ms=100) for i in range(2)}
+    state.plan(list(infos.values()), replay=False, now_ms=0)
+    acked.add(p(0))
+    state.acknowledged(slot, [p(0)])  # acknowledged by id without having received it
+    assert state.delayed is not None and len(state.delayed) == 1
+    acked.add(p(1))  # acknowledged and still in the tracker: dropped on release
+    assert state.release_delayed(100) == 0 and not state.replay_positions(10)
+
+
+def test_without_a_tracker_nothing_is_delayed() -> None:
+    """Exclusive and Failover subscriptions (and a broker with delays disabled)."""
+    state = DeliveryState(RoundRobinDispatcher(), lambda _p: False)
+    slot = ConsumerSlot(1, "c", permits=10)
+    state.dispatcher.add_consumer(slot)
+    entries = [EntryInfo(p(0), deliver_at_ms=10**15), EntryInfo(p(1))]
+    plan = state.plan(entries, replay=False, now_ms=0)
+    assert [d.position for d in plan.deliveries] == [p(0), p(1)]
+
+
+def test_shared_waits_in_order_behind_missing_permits_and_tracks_nothing_beyond() -> None:
+    state = shared_state(set())
+    slot = ConsumerSlot(1, "c", permits=1)
+    state.dispatcher.add_consumer(slot)
+    entries = [EntryInfo(p(0)), EntryInfo(p(1)), EntryInfo(p(2), deliver_at_ms=100)]
+    plan = state.plan(entries, replay=False, now_ms=0)
+    assert [d.position for d in plan.deliveries] == [p(0)]
+    assert plan.consumed_through == p(0)  # p(1) waits for permits; p(2) is read again
+    assert state.delayed is not None and len(state.delayed) == 0
+
+
+@dataclass
+class Model:
+    """Consumers with random permits, a simulated clock, keyed and delayed messages."""
+
+    dispatcher: Dispatcher
+    rng: random.Random
+    messages: int = 400
+    infos: list[EntryInfo] = field(default_factory=list)
+    acked: set[Position] = field(default_factory=set)
+    delivered_at: dict[Position, int] = field(default_factory=dict)
+
+    def run(self) -> None:
+        for i in range(self.messages):
+            delayed = self.rng.random() < 0.3
+            deliver_at = self.rng.randrange(0, 20_000) if delayed else None
+            key = f"k{self.rng.randrange(8)}".encode()
+            self.infos.append(EntryInfo(p(i), 1, key, deliver_at))
+        state = DeliveryState(
+            self.dispatcher, self.acked.__contains__, DelayedDeliveryTracker(tick_ms=100)
+        )
+        slots = [ConsumerSlot(i, f"c{i}") for i in range(3)]
+        for slot in slots:
+            self.dispatcher.add_consumer(slot)
+        read, now = 0, 0
+        while len(self.acked) < self.messages:
+            assert now < 100_000, "delivery stalled"
+            for slot in slots:
+                slot.permits += self.rng.randrange(0, 4)
+            state.release_delayed(now)
+            replays = state.replay_positions(50)
+            plan = state.plan([self.infos[q.entry_id] for q in replays], replay=True, now_ms=now)
+            deliveries = list(plan.deliveries)
+            batch = self.infos[read : read + 10]
+            plan = state.plan(batch, replay=False, now_ms=now)
+            deliveries += plan.deliveries
+            if plan.consumed_through is not None:
+                read = plan.consumed_through.entry_id + 1
+            for delivery in deliveries:
+                position = delivery.position
+                assert position not in self.delivered_at, f"{position} delivered twice"
+                self.delivered_at[position] = now
+                self.acked.add(position)
+                state.acknowledged(delivery.slot, [position])
+            now += 25
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("key_shared", [False, True])
+def test_every_message_once_and_none_before_its_time(seed: int, key_shared: bool) -> None:
+    dispatcher = KeySharedDispatcher() if key_shared else RoundRobinDispatcher()
+    model = Model(dispatcher, random.Random(seed))
+    model.run()
+    assert len(model.delivered_at) == model.messages
+    for info in model.infos:
+        if info.deliver_at_ms is not None:
+            assert model.delivered_at[info.position] >= info.deliver_at_ms
+    # Immediate messages are not held up by the delayed ones before them.
+    immediate = [i for i in model.infos if i.deliver_at_ms is None]
+    assert max(model.delivered_at[i.position] for i in immediate) < 10_000
+
+
+# ---------------------------------------------------------------------- the subscription's timer
+
+
+class MemoryLedger:
+    """The part of a managed ledger a subscription uses, in memory, one ledger."""
+
+    def __init__(self) -> None:
+        self.chain = LedgerChain([LedgerInfo(1)])
+        self.data: list[bytes] = []
+        self._appended = asyncio.Event()
+
+    def append(self, entry: bytes) -> None:
+        self.data.append(entry)
+        info = self.chain.get(1)
+        assert info is not None
+        info.entries += 1
+        self._appended.set()
+
+    async def read_entries(self, start: Position, max_entries: int) -> list[Entry]:
+        first = max(start.entry_id, 0)
+        return [Entry(p(i), self.data[i]) for i in range(first, len(self.data))][:max_entries]
+
+    async def wait_for_entries(self, after: Position) -> bool:
+        while after.entry_id + 1 >= len(self.data):
+            self._appended.clear()
+            await self._appended.wait()
+        return True
+
+
+@dataclass
+class FakeTopicName:
+    partition_index: int = -1
+
+
+@dataclass
+class FakeTopic:
+    ml: MemoryLedger
+    delayed_delivery: DelayedDeliveryConfig
+    name: str = "persistent://public/default/delayed"
+    topic_name: FakeTopicName = field(default_factory=FakeTopicName)
+
+
+@dataclass
+class Inbox:
+    """A consumer's connection: what arrived, and when (wall-clock ms)."""
+
+    received: list[tuple[int, bytes]] = field(default_factory=list)
+
+    def send_message(
+        self, consumer_id: int, message_id: pb.MessageIdData, redelivery_count: int, entry: bytes
+    ) -> None:
+        self.received.append((time.time_ns() // 1_000_000, entry))
+
+    def send_active_change(self, consumer_id: int, is_active: bool) -> None:
+        pass
+
+    def close_consumer(self, consumer_id: int) -> None:
+        pass
+
+    def close_producer(self, producer_id: int) -> None:
+        pass
+
+
+def message(text: str, deliver_at_ms: int | None = None) -> bytes:
+    metadata = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1)
+    if deliver_at_ms is not None:
+        metadata.deliver_at_time = deliver_at_ms
+    return encode_entry(metadata, text.encode())
+
+
+async def wait_for(condition, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.parametrize(
+    ("sub_type", "delays"),
+    [
+        (pb.CommandSubscribe.Shared, True),
+        (pb.CommandSubscribe.Key_Shared, True),
+        (pb.CommandSubscribe.Exclusive, False),
+        (pb.CommandSubscribe.Failover, False),
+    ],
+)
+async def test_the_subscription_timer_releases_due_entries(sub_type: int, delays: bool) -> None:
+    ml = MemoryLedger()
+    topic = FakeTopic(ml, DelayedDeliveryConfig(enabled=True, tick_ms=20))
+    cursor = NonDurableCursor("sub", ml.chain, Position(1, -1))
+    subscription = Subscription(topic, cursor, sub_type)  # type: ignore[arg-type]
+    inbox = Inbox()
+    consumer = Consumer(ConsumerSlot(1, "c"), inbox, subscription)
+    subscription.add_consumer(consumer)
+    subscription.flow(consumer, 100)
+    start = time.time_ns() // 1_000_000
+    due = start + 300
+    ml.append(message("late", due))
+    ml.append(message("now"))
+    try:
+        if delays:
+            await wait_for(lambda: len(inbox.received) == 1)
+            assert inbox.received[0][1].endswith(b"now")
+            await wait_for(lambda: len(inbox.received) == 2)
+            at, entry = inbox.received[1]
+            assert entry.endswith(b"late") and at >= due
+        else:
+            await wait_for(lambda: len(inbox.received) == 2)
+            assert inbox.received[0][1].endswith(b"late")  # in order, at once
+            assert inbox.received[1][0] < due
+        await asyncio.sleep(0.1)
+        assert len(inbox.received) == 2  # and nothing twice
+    finally:
+        await subscription.close()
+
+
+async def test_disabled_delays_deliver_at_once() -> None:
+    ml = MemoryLedger()
+    topic = FakeTopic(ml, DelayedDeliveryConfig(enabled=False))
+    cursor = NonDurableCursor("sub", ml.chain, Position(1, -1))
+    subscription = Subscription(topic, cursor, pb.CommandSubscribe.Shared)  # type: ignore[arg-type]
+    inbox = Inbox()
+    consumer = Consumer(ConsumerSlot(1, "c"), inbox, subscription)
+    subscription.add_consumer(consumer)
+    subscription.flow(consumer, 10)
+    ml.append(message("late", time.time_ns() // 1_000_000 + 60_000))
+    try:
+        await wait_for(lambda: len(inbox.received) == 1)
+    finally:
+        await subscription.close()
