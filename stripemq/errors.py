@@ -422,7 +422,7 @@ class ProducerBusyError(ServerClientError):
     server_error = "ProducerBusy"
 
 
-class InvalidTopicNameError(StripeMQError):
+class InvalidTopicNameError(ClientError):
     """Not a topic name Pulsar would accept; raised before anything is sent, and by the
     broker for names clients send."""
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+import json
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
 
 from stripemq.bookie.client import BookKeeper, ClientConfig
+from stripemq.broker.ownership import bundle_of
 from stripemq.broker.server import BrokerServer
 from stripemq.metadata import MetadataStore
+from stripemq.proto.topic_name import TopicName
 from stripemq.testing.cluster import BookieCluster
 from stripemq.testing.ports import free_port
 from stripemq.testing.process import ChildProcess
@@ -70,3 +73,14 @@ async def broker_on_bookies(
         finally:
             await server.stop()
             await bk.close()
+
+
+def cluster_service_url(brokers: Iterable[BrokerProcess]) -> str:
+    """A service URL naming every broker (clients try the next when one is down)."""
+    return "pulsar://" + ",".join(f"127.0.0.1:{b.port}" for b in brokers)
+
+
+async def owner_url(store: MetadataStore, topic: str) -> str | None:
+    """The service URL of the broker owning ``topic``'s bundle, if any owns it."""
+    found = await store.get(bundle_of(TopicName.parse(topic)).path)
+    return None if found is None else json.loads(found[0])["service_url"]

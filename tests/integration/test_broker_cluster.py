@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pulsar
 import pytest
 
-from stripemq.broker.ownership import bundle_of
 from stripemq.metadata import MetadataStore
-from stripemq.proto.topic_name import TopicName
-from stripemq.testing.broker import BrokerProcess
+from stripemq.testing.broker import BrokerProcess, cluster_service_url, owner_url
 from stripemq.testing.cluster import BookieCluster
 from stripemq.testing.polling import until
 
@@ -44,15 +41,6 @@ async def brokers(
         finally:
             for broker in pair:
                 broker.kill()
-
-
-def service_url(pair: tuple[BrokerProcess, BrokerProcess]) -> str:
-    return "pulsar://" + ",".join(f"127.0.0.1:{b.port}" for b in pair)
-
-
-async def owner_url(store: MetadataStore, topic: str) -> str | None:
-    found = await store.get(bundle_of(TopicName.parse(topic)).path)
-    return None if found is None else json.loads(found[0])["service_url"]
 
 
 def produce_through_a_kill(url: str, topic: str, kill) -> tuple[list[int], list[int]]:  # type: ignore[no-untyped-def]
@@ -119,7 +107,7 @@ async def test_a_killed_brokers_topics_are_taken_over_without_loss(
 ) -> None:
     topic = "persistent://public/default/takeover"
     loop = asyncio.get_running_loop()
-    url = service_url(brokers)
+    url = cluster_service_url(brokers)
     killed: list[BrokerProcess] = []
 
     def kill_owner() -> None:

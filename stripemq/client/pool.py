@@ -1,0 +1,106 @@
+"""Connections shared per broker, and the service URL's list of brokers to try."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from urllib.parse import urlsplit
+
+from stripemq.client.connection import ClientConnection
+from stripemq.errors import InvalidConfigurationError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 6650
+
+
+def parse_service_url(url: str) -> list[str]:
+    """``pulsar://host[:port][,host[:port]...]`` as ``host:port`` addresses."""
+    parts = urlsplit(url)
+    if parts.scheme != "pulsar":
+        if parts.scheme == "pulsar+ssl":
+            raise InvalidConfigurationError("TLS (pulsar+ssl://) is not supported yet")
+        raise InvalidConfigurationError(f"service URL {url!r} is not pulsar://host:port")
+    addresses = []
+    for host in parts.netloc.split(","):
+        name, sep, port = host.rpartition(":")
+        if not sep or host.endswith("]"):  # no port (an IPv6 host is bracketed)
+            name, port = host, str(DEFAULT_PORT)
+        if not name or not port.isdigit():
+            raise InvalidConfigurationError(f"service URL {url!r}: bad address {host!r}")
+        addresses.append(f"{name}:{port}")
+    return addresses
+
+
+def address_of(broker_url: str) -> str:
+    """``host:port`` of a ``pulsar://host:port`` URL a broker gave in a lookup."""
+    addresses = parse_service_url(broker_url)
+    return addresses[0]
+
+
+class ServiceAddresses:
+    """The service URL's brokers; after a failure the next one is tried."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.addresses = parse_service_url(url)
+        self._index = 0
+
+    def current(self) -> str:
+        return self.addresses[self._index % len(self.addresses)]
+
+    def failed(self, address: str) -> None:
+        if self.current() == address:
+            self._index += 1
+
+
+class ConnectionPool:
+    """One live connection per broker address, opened on first use."""
+
+    def __init__(
+        self,
+        *,
+        connection_timeout_s: float = 10.0,
+        operation_timeout_s: float = 30.0,
+        keepalive_s: float = 30.0,
+    ) -> None:
+        self.connection_timeout_s = connection_timeout_s
+        self.operation_timeout_s = operation_timeout_s
+        self.keepalive_s = keepalive_s
+        self._connections: dict[tuple[str, str], ClientConnection] = {}
+        self._opening: dict[tuple[str, str], asyncio.Future[ClientConnection]] = {}
+
+    async def get(self, logical: str, physical: str | None = None) -> ClientConnection:
+        """The connection for broker ``logical`` (reached at ``physical`` when it is
+        behind a proxy); ``ConnectError`` if it cannot be opened."""
+        key = (logical, physical or logical)
+        existing = self._connections.get(key)
+        if existing is not None and not existing.is_closed:
+            return existing
+        opening = self._opening.get(key)
+        if opening is not None:
+            return await asyncio.shield(opening)
+        future: asyncio.Future[ClientConnection] = asyncio.get_running_loop().create_future()
+        self._opening[key] = future
+        try:
+            connection = ClientConnection(
+                logical,
+                key[1],
+                operation_timeout_s=self.operation_timeout_s,
+                keepalive_s=self.keepalive_s,
+            )
+            await connection.connect(self.connection_timeout_s)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: waiters re-raise it themselves
+            raise
+        finally:
+            self._opening.pop(key, None)
+        self._connections[key] = connection
+        future.set_result(connection)
+        return connection
+
+    async def close(self) -> None:
+        connections = list(self._connections.values())
+        self._connections.clear()
+        await asyncio.gather(*(c.close() for c in connections), return_exceptions=True)

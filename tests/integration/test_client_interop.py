@@ -1,0 +1,545 @@
+"""The stripemq Python client against a real standalone, and against the official
+``pulsar-client`` in both directions, in every subscription type."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pulsar
+import pytest
+
+import stripemq.client as smq
+from stripemq.client import aio
+from stripemq.client.dead_letter import ORIGIN_MESSAGE_ID, REAL_TOPIC, RECONSUME_TIMES
+from stripemq.testing.polling import until
+from stripemq.testing.standalone import StandaloneProcess
+
+pytestmark = pytest.mark.integration
+
+SUB_TYPES = ["Exclusive", "Failover", "Shared", "KeyShared"]
+# (batching, our compression, official compression)
+VARIANTS = {
+    "batched-lz4": (True, smq.CompressionType.LZ4, pulsar.CompressionType.LZ4),
+    "batched-zstd": (True, smq.CompressionType.ZSTD, pulsar.CompressionType.ZSTD),
+    "single-zlib": (False, smq.CompressionType.ZLib, pulsar.CompressionType.ZLib),
+}
+COUNT = 120
+KEYS = 6
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
+    process = StandaloneProcess(Path(tmp_path_factory.mktemp("client")) / "standalone")
+    asyncio.run(process.start())
+    try:
+        yield process
+    finally:
+        process.kill()
+
+
+@pytest.fixture
+def url(standalone: StandaloneProcess) -> str:
+    return standalone.service_url
+
+
+@pytest.fixture
+def topic(request: pytest.FixtureRequest) -> str:
+    name = re.sub(r"[^\w-]", "-", request.node.name)[:60]
+    return f"persistent://public/default/{name}-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture
+def client(url: str) -> Iterator[smq.Client]:
+    c = smq.Client(url, operation_timeout_seconds=15)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def official(url: str) -> Iterator[pulsar.Client]:
+    c = pulsar.Client(url, operation_timeout_seconds=15)
+    yield c
+    c.close()
+
+
+def _expected() -> list[tuple[str, str]]:
+    return [(f"key-{i % KEYS}", f"message {i}") for i in range(COUNT)]
+
+
+def _check_received(received: list[tuple[str, str, dict[str, str]]]) -> None:
+    """Every message once, with its key and properties, in order per key."""
+    assert sorted(r[1] for r in received) == sorted(m for _, m in _expected())
+    by_key: dict[str, list[int]] = {}
+    for key, data, properties in received:
+        index = int(data.split()[1])
+        assert key == f"key-{index % KEYS}"
+        assert properties == {"index": str(index), "origin": "test"}
+        by_key.setdefault(key, []).append(index)
+    for indexes in by_key.values():
+        assert indexes == sorted(indexes)
+
+
+def _receive_all(consumer, count: int) -> list[tuple[str, str, dict[str, str]]]:  # type: ignore[no-untyped-def]
+    received = []
+    for _ in range(count):
+        message = consumer.receive(timeout_millis=10_000)
+        received.append(
+            (message.partition_key(), message.data().decode(), dict(message.properties()))
+        )
+        consumer.acknowledge(message)
+    return received
+
+
+@pytest.mark.parametrize("sub_type", SUB_TYPES)
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_official_producer_to_stripemq_consumer(
+    client: smq.Client, official: pulsar.Client, topic: str, sub_type: str, variant: str
+) -> None:
+    batching, _, official_compression = VARIANTS[variant]
+    consumer = client.subscribe(topic, "sub", consumer_type=getattr(smq.ConsumerType, sub_type))
+    producer = official.create_producer(
+        topic,
+        batching_enabled=batching,
+        batching_max_publish_delay_ms=5,
+        compression_type=official_compression,
+    )
+    for i, (key, data) in enumerate(_expected()):
+        producer.send_async(
+            data.encode(),
+            None,
+            partition_key=key,
+            properties={"index": str(i), "origin": "test"},
+        )
+    producer.flush()
+    _check_received(_receive_all(consumer, COUNT))
+    consumer.close()
+    again = client.subscribe(topic, "sub", consumer_type=getattr(smq.ConsumerType, sub_type))
+    with pytest.raises(TimeoutError):  # every ack reached the broker
+        again.receive(timeout_millis=500)
+
+
+@pytest.mark.parametrize("sub_type", SUB_TYPES)
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_stripemq_producer_to_official_consumer(
+    client: smq.Client, official: pulsar.Client, topic: str, sub_type: str, variant: str
+) -> None:
+    batching, compression, _ = VARIANTS[variant]
+    consumer = official.subscribe(
+        topic, "sub", consumer_type=getattr(pulsar.ConsumerType, sub_type)
+    )
+    producer = client.create_producer(
+        topic,
+        batching_enabled=batching,
+        batching_max_publish_delay_ms=5,
+        compression_type=compression,
+    )
+    results: list[smq.Result] = []
+    for i, (key, data) in enumerate(_expected()):
+        producer.send_async(
+            data.encode(),
+            lambda result, _id: results.append(result),
+            partition_key=key,
+            properties={"index": str(i), "origin": "test"},
+        )
+    producer.flush()
+    assert results == [smq.Result.Ok] * COUNT
+    _check_received(_receive_all(consumer, COUNT))
+
+
+def test_message_fields_survive_the_round_trip(client: smq.Client, topic: str) -> None:
+    consumer = client.subscribe(topic, "sub")
+    producer = client.create_producer(topic, producer_name="fields")
+    sent = producer.send(
+        b"payload",
+        properties={"a": "1"},
+        partition_key="pk",
+        ordering_key="ok",
+        event_timestamp=1234,
+    )
+    message = consumer.receive(timeout_millis=5000)
+    assert message.message_id() == sent
+    assert message.data() == b"payload" and message.value() == b"payload"
+    assert message.properties() == {"a": "1"}
+    assert message.partition_key() == "pk" and message.ordering_key() == b"ok"
+    assert message.event_timestamp() == 1234
+    assert abs(message.publish_timestamp() - time.time() * 1000) < 60_000
+    assert message.producer_name() == "fields" == producer.producer_name()
+    assert message.topic_name() == topic and message.redelivery_count() == 0
+    assert producer.last_sequence_id() == 0
+
+
+def test_key_shared_keeps_each_key_on_one_consumer(client: smq.Client, topic: str) -> None:
+    consumers = [
+        client.subscribe(topic, "ks", consumer_type=smq.ConsumerType.KeyShared) for _ in range(2)
+    ]
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(200):
+        producer.send_async(f"{i}".encode(), None, partition_key=f"k{i % 20}")
+    producer.flush()
+    owner: dict[str, int] = {}
+    seen: dict[str, list[int]] = {}
+    total = 0
+    while total < 200:
+        progressed = False
+        for number, consumer in enumerate(consumers):
+            try:
+                message = consumer.receive(timeout_millis=200)
+            except TimeoutError:
+                continue
+            progressed = True
+            key = message.partition_key()
+            assert owner.setdefault(key, number) == number
+            seen.setdefault(key, []).append(int(message.data()))
+            consumer.acknowledge(message)
+            total += 1
+        assert progressed or total == 200
+    assert all(v == sorted(v) for v in seen.values())
+    assert len(set(owner.values())) == 2
+
+
+def test_negative_ack_redelivers_after_the_delay(client: smq.Client, topic: str) -> None:
+    consumer = client.subscribe(
+        topic,
+        "sub",
+        consumer_type=smq.ConsumerType.Shared,
+        negative_ack_redelivery_delay_ms=300,
+    )
+    client.create_producer(topic).send(b"again")
+    first = consumer.receive(timeout_millis=5000)
+    consumer.negative_acknowledge(first)
+    started = time.monotonic()
+    second = consumer.receive(timeout_millis=5000)
+    assert time.monotonic() - started >= 0.25
+    assert second.data() == b"again" and second.message_id() == first.message_id()
+    assert second.redelivery_count() == 1
+    consumer.acknowledge(second)
+
+
+def test_negative_ack_on_an_exclusive_subscription_rewinds(client: smq.Client, topic: str) -> None:
+    consumer = client.subscribe(topic, "sub", negative_ack_redelivery_delay_ms=200)
+    producer = client.create_producer(topic)
+    for i in range(3):
+        producer.send(f"m{i}".encode())
+    messages = [consumer.receive(timeout_millis=5000) for _ in range(3)]
+    consumer.acknowledge(messages[0])
+    consumer.negative_acknowledge(messages[1])
+    consumer.acknowledge(messages[2])
+    again = consumer.receive(timeout_millis=5000)
+    assert again.data() == b"m1"
+
+
+def test_ack_timeout_redelivers_unacknowledged_messages(client: smq.Client, topic: str) -> None:
+    consumer = client.subscribe(
+        topic, "sub", consumer_type=smq.ConsumerType.Shared, unacked_messages_timeout_ms=1000
+    )
+    client.create_producer(topic).send(b"forgotten")
+    first = consumer.receive(timeout_millis=5000)
+    started = time.monotonic()
+    second = consumer.receive(timeout_millis=5000)  # not acknowledged: comes back
+    assert time.monotonic() - started >= 0.5
+    assert second.message_id() == first.message_id() and second.redelivery_count() >= 1
+    consumer.acknowledge(second)
+    with pytest.raises(TimeoutError):
+        consumer.receive(timeout_millis=2000)
+
+
+def test_dead_letter_policy_moves_a_message_after_max_redeliveries(
+    client: smq.Client, topic: str
+) -> None:
+    dlq_topic = f"{topic}-dead"
+    dlq = client.subscribe(dlq_topic, "dlq-sub")
+    consumer = client.subscribe(
+        topic,
+        "sub",
+        consumer_type=smq.ConsumerType.Shared,
+        negative_ack_redelivery_delay_ms=100,
+        dead_letter_policy=smq.ConsumerDeadLetterPolicy(
+            max_redeliver_count=2, dead_letter_topic=dlq_topic
+        ),
+    )
+    producer = client.create_producer(topic)
+    poison = producer.send(b"poison", properties={"kind": "bad"}, partition_key="p")
+    producer.send(b"fine")
+    deliveries = 0
+    fine_seen = False
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and (deliveries < 3 or not fine_seen):
+        try:
+            message = consumer.receive(timeout_millis=500)
+        except TimeoutError:
+            continue
+        if message.data() == b"fine":
+            fine_seen = True
+            consumer.acknowledge(message)
+        else:
+            deliveries += 1
+            consumer.negative_acknowledge(message)
+    assert deliveries == 3 and fine_seen  # the first delivery plus max_redeliver_count
+    dead = dlq.receive(timeout_millis=10_000)
+    assert dead.data() == b"poison" and dead.partition_key() == "p"
+    properties = dead.properties()
+    assert properties["kind"] == "bad" and properties[REAL_TOPIC] == topic
+    assert properties[ORIGIN_MESSAGE_ID] == str(poison)
+    with pytest.raises(TimeoutError):  # acknowledged on the original subscription
+        consumer.receive(timeout_millis=1000)
+
+
+def test_retry_letter_topic_brings_a_message_back_then_dead_letters_it(
+    client: smq.Client, topic: str
+) -> None:
+    dlq = client.subscribe(f"{topic}-sub-DLQ", "dlq-sub")
+    consumer = client.subscribe(
+        topic,
+        "sub",
+        consumer_type=smq.ConsumerType.Shared,
+        retry_enable=True,
+        dead_letter_policy=smq.ConsumerDeadLetterPolicy(max_redeliver_count=2),
+    )
+    client.create_producer(topic).send(b"later")
+    times = []
+    for _ in range(3):
+        message = consumer.receive(timeout_millis=10_000)
+        assert message.data() == b"later"
+        times.append(message.properties().get(RECONSUME_TIMES))
+        consumer.reconsume_later(message, 100)
+    assert times == [None, "1", "2"]
+    dead = dlq.receive(timeout_millis=10_000)
+    assert dead.data() == b"later" and dead.properties()[REAL_TOPIC] == topic
+    with pytest.raises(TimeoutError):
+        consumer.receive(timeout_millis=1000)
+
+
+def test_cumulative_ack_and_redelivery_of_the_rest(client: smq.Client, topic: str) -> None:
+    consumer = client.subscribe(topic, "sub", consumer_type=smq.ConsumerType.Failover)
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=5)
+    for i in range(10):
+        producer.send_async(f"{i}".encode(), None)
+    producer.flush()
+    messages = [consumer.receive(timeout_millis=5000) for _ in range(10)]
+    consumer.acknowledge_cumulative(messages[4])  # the end of the first batch
+    consumer.close()
+    again = client.subscribe(topic, "sub", consumer_type=smq.ConsumerType.Failover)
+    assert again.receive(timeout_millis=5000).data() == b"5"
+
+
+def test_batch_receive_and_message_listener(client: smq.Client, topic: str) -> None:
+    consumer = client.subscribe(
+        topic,
+        "batch",
+        batch_receive_policy=smq.BatchReceivePolicy(max_num_messages=7, timeout_ms=2000),
+    )
+    got: list[bytes] = []
+    done = threading.Event()
+
+    def listener(listening: smq.Consumer, message: smq.Message) -> None:
+        got.append(message.data())
+        listening.acknowledge(message)
+        if len(got) == 10:
+            done.set()
+
+    listening = client.subscribe(topic, "listen", message_listener=listener)
+    producer = client.create_producer(topic)
+    for i in range(10):
+        producer.send(f"{i}".encode())
+    batch = consumer.batch_receive()
+    assert [m.data() for m in batch] == [f"{i}".encode() for i in range(7)]
+    assert done.wait(10) and got == [f"{i}".encode() for i in range(10)]
+    listening.close()
+
+
+def test_reader_positions_and_seek(client: smq.Client, topic: str) -> None:
+    producer = client.create_producer(topic, batching_enabled=False)
+    ids = []
+    for i in range(10):
+        ids.append(producer.send(f"m{i}".encode()))
+        time.sleep(0.003)
+
+    def read_all(reader: smq.Reader) -> list[str]:
+        out = []
+        while reader.has_message_available():
+            out.append(reader.read_next(timeout_millis=5000).data().decode())
+        return out
+
+    assert read_all(client.create_reader(topic, smq.MessageId.earliest)) == [
+        f"m{i}" for i in range(10)
+    ]
+    assert read_all(client.create_reader(topic, smq.MessageId.latest)) == []
+    assert read_all(client.create_reader(topic, ids[4])) == [f"m{i}" for i in range(5, 10)]
+    inclusive = client.create_reader(topic, ids[4], start_message_id_inclusive=True)
+    assert read_all(inclusive) == [f"m{i}" for i in range(4, 10)]
+    inclusive.seek(ids[7])
+    assert read_all(inclusive) == ["m7", "m8", "m9"]
+    by_time = client.create_reader(topic, smq.MessageId.earliest)
+    publish_time = client.subscribe(topic, "peek", initial_position=smq.InitialPosition.Earliest)
+    times = [publish_time.receive(timeout_millis=5000).publish_timestamp() for _ in range(10)]
+    by_time.seek(times[6])
+    assert read_all(by_time)[0] == "m6"
+
+
+def test_official_reader_reads_batches_written_by_stripemq(
+    client: smq.Client, official: pulsar.Client, topic: str
+) -> None:
+    producer = client.create_producer(topic, batching_enabled=True)
+    for i in range(25):
+        producer.send_async(f"{i}".encode(), None)
+    producer.flush()
+    reader = official.create_reader(topic, pulsar.MessageId.earliest)
+    got = [reader.read_next(timeout_millis=5000).data() for _ in range(25)]
+    assert got == [f"{i}".encode() for i in range(25)]
+
+
+def test_consumer_seek_replays_from_the_start(client: smq.Client, topic: str) -> None:
+    consumer = client.subscribe(topic, "sub")
+    producer = client.create_producer(topic)
+    for i in range(5):
+        producer.send(f"{i}".encode())
+    for _ in range(5):
+        consumer.acknowledge(consumer.receive(timeout_millis=5000))
+    consumer.seek(smq.MessageId.earliest)
+    assert [consumer.receive(timeout_millis=5000).data() for _ in range(5)] == [
+        f"{i}".encode() for i in range(5)
+    ]
+
+
+def test_unsubscribe_deletes_the_subscription(client: smq.Client, topic: str) -> None:
+    producer = client.create_producer(topic)
+    consumer = client.subscribe(topic, "gone")
+    producer.send(b"before")
+    consumer.unsubscribe()
+    producer.send(b"after")
+    fresh = client.subscribe(topic, "gone")  # a new subscription starts at the end
+    with pytest.raises(TimeoutError):
+        fresh.receive(timeout_millis=500)
+
+
+def test_multi_topic_and_regex_subscriptions(client: smq.Client, topic: str) -> None:
+    topics = [f"{topic}-a", f"{topic}-b"]
+    for name in topics:
+        client.create_producer(name).send(name.encode())
+    listed = client.subscribe(topics, "multi", initial_position=smq.InitialPosition.Earliest)
+    got = {listed.receive(timeout_millis=5000).data().decode() for _ in range(2)}
+    assert got == set(topics)
+    pattern = re.compile(re.escape(topic) + "-.*")
+    regex = client.subscribe(
+        pattern,
+        "regex",
+        initial_position=smq.InitialPosition.Earliest,
+        pattern_auto_discovery_period=1,
+    )
+    seen = set()
+    for _ in range(2):
+        message = regex.receive(timeout_millis=5000)
+        seen.add(message.topic_name())
+        regex.acknowledge(message)
+    assert seen == set(topics)
+    late = f"{topic}-c"
+    client.create_producer(late).send(b"late")  # found by the next discovery
+    message = regex.receive(timeout_millis=10_000)
+    assert message.topic_name() == late and message.data() == b"late"
+
+
+async def test_asyncio_api(url: str, topic: str) -> None:
+    async with aio.Client(url, operation_timeout_seconds=15) as client:
+        consumer = await client.subscribe(topic, "sub")
+        producer = await client.create_producer(topic, batching_enabled=True)
+        futures = [await producer.send_async(f"{i}".encode(), None) for i in range(50)]
+        await producer.flush()
+        assert all(f.done() for f in futures)
+        got = []
+        for _ in range(50):
+            message = await consumer.receive(timeout_millis=5000)
+            got.append(message.data())
+            await consumer.acknowledge(message)
+        assert got == [f"{i}".encode() for i in range(50)]
+
+
+# ---------------------------------------------------------------------------- bad input
+
+
+def test_clear_errors_for_bad_use(client: smq.Client, url: str, topic: str) -> None:
+    with pytest.raises(smq.InvalidTopicNameError):
+        client.create_producer("bogus://x/y/z")
+    producer = client.create_producer(topic)
+    with pytest.raises(smq.MessageTooBigError):
+        producer.send(b"x" * (6 * 1024 * 1024))
+    with pytest.raises(TypeError):
+        producer.send("not bytes")  # type: ignore[arg-type]
+    shared = client.subscribe(topic, "shared", consumer_type=smq.ConsumerType.Shared)
+    other = client.subscribe(f"{topic}-other", "sub")
+    client.create_producer(f"{topic}-other").send(b"elsewhere")
+    foreign = other.receive(timeout_millis=5000)
+    with pytest.raises(smq.InvalidMessageError):
+        shared.acknowledge(foreign)
+    with pytest.raises(smq.CumulativeAcknowledgementNotAllowedError):
+        shared.acknowledge_cumulative(foreign)
+    exclusive = client.subscribe(topic, "held")
+    with pytest.raises(smq.ConsumerBusyError):
+        client.subscribe(topic, "held")
+    exclusive.close()
+    with pytest.raises(smq.AlreadyClosedError):
+        exclusive.receive(timeout_millis=10)
+    producer.close()
+    with pytest.raises(smq.AlreadyClosedError):
+        producer.send(b"late")
+    closed = smq.Client(url)
+    closed.close()
+    with pytest.raises(smq.AlreadyClosedError):
+        closed.create_producer(topic)
+
+
+def test_exclusive_producer_access(client: smq.Client, topic: str) -> None:
+    client.create_producer(topic, access_mode=smq.ProducerAccessMode.Exclusive)
+    with pytest.raises((smq.ProducerBusyError, smq.ProducerFencedError)):
+        client.create_producer(topic, access_mode=smq.ProducerAccessMode.Exclusive)
+
+
+def test_full_queue_fails_fast_or_blocks(client: smq.Client, topic: str) -> None:
+    failing = client.create_producer(
+        topic, max_pending_messages=2, batching_enabled=True, batching_max_publish_delay_ms=1000
+    )
+    results: list[smq.Result] = []
+    for _ in range(3):
+        failing.send_async(b"x", lambda result, _id: results.append(result))
+    assert smq.Result.ProducerQueueIsFull in results
+    failing.flush()
+    blocking = client.create_producer(
+        topic, max_pending_messages=2, block_if_queue_full=True, batching_enabled=False
+    )
+    for _ in range(20):
+        blocking.send_async(b"y", None)
+    blocking.flush()
+
+
+def test_unknown_broker_gives_a_connect_error() -> None:
+    from stripemq.testing.ports import free_port
+
+    with pytest.raises((smq.ConnectError, TimeoutError)):
+        smq.Client(
+            f"pulsar://127.0.0.1:{free_port()}", operation_timeout_seconds=2
+        ).create_producer("t")
+
+
+def test_connection_is_reused_and_reconnects(client: smq.Client, topic: str) -> None:
+    producer = client.create_producer(topic)
+    producer.send(b"one")
+    impl = client._impl
+    connection = next(iter(impl.pool._connections.values()))
+    asyncio.run_coroutine_threadsafe(connection.close(), client._run.loop).result()
+    until_sync(lambda: producer.is_connected(), 10)
+    producer.send(b"two")
+
+
+def until_sync(condition, timeout: float) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+_ = until  # the async helper is used by the cluster tests
