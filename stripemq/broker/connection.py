@@ -279,6 +279,16 @@ class ServerConnection:
         name = body.producer_name or f"{SERVER_VERSION}-{id(self) & 0xFFFF:x}-{body.producer_id}"
         producer = Producer(body.producer_id, name, topic, self, body.producer_access_mode)
         await topic.add_producer(producer)
+        if body.initial_subscription_name and body.initial_subscription_name not in (
+            topic.subscriptions
+        ):
+            # Created with the producer (a dead-letter topic's), so that nothing it
+            # publishes is lost before a consumer first subscribes.
+            await topic.subscribe(
+                body.initial_subscription_name,
+                pb.CommandSubscribe.Exclusive,
+                InitialPosition.EARLIEST,
+            )
         self.producers[body.producer_id] = producer
         last = topic.dedup.last_sequence_id(name) if topic.dedup is not None else -1
         self.write(

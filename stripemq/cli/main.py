@@ -1,5 +1,5 @@
-"""``stripemq`` entry point: ``standalone``, ``broker``, ``bookie``, ``autorecovery`` and
-``shell`` (more roles come with their issues)."""
+"""``stripemq`` entry point: ``standalone``, ``broker``, ``bookie``, ``autorecovery``,
+``shell`` and ``client`` (more roles come with their issues)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from stripemq.bookie.config import BookieConfig
 from stripemq.bookie.server import BookieServer
 from stripemq.broker.app import BrokerApp
 from stripemq.broker.config import BrokerConfig
+from stripemq.cli.client import add_client_parser, run_client
 from stripemq.cli.shell import add_shell_parser, run_shell
 from stripemq.config import load_config, parse_overrides
 from stripemq.errors import StripeMQError
@@ -91,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(autorecovery)
 
     add_shell_parser(sub)
+    add_client_parser(sub)
     return parser
 
 
@@ -198,6 +200,9 @@ async def _run_broker(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    if args.command == "client":  # blocking, with its own event loop thread
+        logging.basicConfig(level=args.log_level.upper())
+        sys.exit(run_client(args))
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

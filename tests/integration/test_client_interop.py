@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -293,26 +295,56 @@ def test_dead_letter_policy_moves_a_message_after_max_redeliveries(
 def test_retry_letter_topic_brings_a_message_back_then_dead_letters_it(
     client: smq.Client, topic: str
 ) -> None:
-    dlq = client.subscribe(f"{topic}-sub-DLQ", "dlq-sub")
     consumer = client.subscribe(
         topic,
         "sub",
         consumer_type=smq.ConsumerType.Shared,
         retry_enable=True,
-        dead_letter_policy=smq.ConsumerDeadLetterPolicy(max_redeliver_count=2),
+        dead_letter_policy=smq.ConsumerDeadLetterPolicy(
+            max_redeliver_count=2, initial_subscription_name="dlq-sub"
+        ),
     )
     client.create_producer(topic).send(b"later")
     times = []
+    waited = []
     for _ in range(3):
+        started = time.monotonic()
         message = consumer.receive(timeout_millis=10_000)
+        waited.append(time.monotonic() - started)
         assert message.data() == b"later"
         times.append(message.properties().get(RECONSUME_TIMES))
-        consumer.reconsume_later(message, 100)
+        consumer.reconsume_later(message, 500)
     assert times == [None, "1", "2"]
+    assert min(waited[1:]) >= 0.45  # the retry topic delivers after the delay
+    # The dead-letter topic's subscription was made with its producer: nothing is lost
+    # although nobody subscribed before the message went there.
+    dlq = client.subscribe(f"{topic}-sub-DLQ", "dlq-sub")
     dead = dlq.receive(timeout_millis=10_000)
     assert dead.data() == b"later" and dead.properties()[REAL_TOPIC] == topic
     with pytest.raises(TimeoutError):
         consumer.receive(timeout_millis=1000)
+
+
+def test_command_line_produce_and_consume(url: str, topic: str) -> None:
+    base = [sys.executable, "-m", "stripemq", "client", "--url", url]
+    produced = subprocess.run(
+        [*base, "produce", topic, "-m", "hello", "-m", "world", "-n", "2", "-k", "k1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert produced.returncode == 0, produced.stderr
+    assert "4 messages produced" in produced.stdout
+    consumed = subprocess.run(
+        [*base, "consume", topic, "-s", "cli", "-p", "Earliest", "-n", "4", "-t", "Shared"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert consumed.returncode == 0, consumed.stderr
+    assert consumed.stdout.count("content: hello") == 2
+    assert consumed.stdout.count("content: world") == 2
+    assert "key: [k1]" in consumed.stdout and "4 messages received" in consumed.stdout
 
 
 def test_cumulative_ack_and_redelivery_of_the_rest(client: smq.Client, topic: str) -> None:

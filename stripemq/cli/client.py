@@ -1,0 +1,132 @@
+"""``stripemq client produce|consume``: send and receive from the command line, like
+``pulsar-client``. Output goes to stdout (a command-line tool, not library code)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from stripemq.client import Client, CompressionType, ConsumerType, InitialPosition
+from stripemq.errors import StripeMQError
+
+SUBSCRIPTION_TYPES = {
+    "Exclusive": ConsumerType.Exclusive,
+    "Shared": ConsumerType.Shared,
+    "Failover": ConsumerType.Failover,
+    "Key_Shared": ConsumerType.KeyShared,
+}
+COMPRESSION = {
+    "none": CompressionType.NONE,
+    "lz4": CompressionType.LZ4,
+    "zlib": CompressionType.ZLib,
+    "zstd": CompressionType.ZSTD,
+}
+
+
+def add_client_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    client = sub.add_parser("client", help="produce and consume messages (like pulsar-client)")
+    client.add_argument("--url", default="pulsar://localhost:6650", help="service URL")
+    client.add_argument("--log-level", default="WARNING")
+    commands = client.add_subparsers(dest="client_command", required=True)
+
+    produce = commands.add_parser("produce", help="send messages to a topic")
+    produce.add_argument("topic")
+    produce.add_argument(
+        "-m", "--messages", action="append", required=True, help="message body (repeatable)"
+    )
+    produce.add_argument(
+        "-n", "--num-produce", type=int, default=1, help="send the messages this many times"
+    )
+    produce.add_argument("-k", "--key", help="partition key of every message")
+    produce.add_argument(
+        "-p", "--property", action="append", default=[], metavar="KEY=VALUE", help="repeatable"
+    )
+    produce.add_argument("-z", "--compression", choices=sorted(COMPRESSION), default="none")
+    produce.add_argument("-b", "--batching", action="store_true", help="batch the messages")
+
+    consume = commands.add_parser("consume", help="receive (and acknowledge) messages")
+    consume.add_argument("topic")
+    consume.add_argument("-s", "--subscription-name", required=True)
+    consume.add_argument(
+        "-t", "--subscription-type", choices=sorted(SUBSCRIPTION_TYPES), default="Exclusive"
+    )
+    consume.add_argument(
+        "-p",
+        "--subscription-position",
+        choices=["Latest", "Earliest"],
+        default="Latest",
+        help="where a new subscription starts",
+    )
+    consume.add_argument(
+        "-n", "--num-messages", type=int, default=1, help="how many to receive (0: forever)"
+    )
+    consume.add_argument(
+        "--timeout", type=float, default=0, help="give up after this many seconds idle (0: never)"
+    )
+
+
+def _properties(items: list[str]) -> dict[str, str]:
+    properties = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"property {item!r} is not KEY=VALUE")
+        properties[key] = value
+    return properties
+
+
+def _produce(client: Client, args: argparse.Namespace) -> int:
+    producer = client.create_producer(
+        args.topic,
+        compression_type=COMPRESSION[args.compression],
+        batching_enabled=args.batching,
+        block_if_queue_full=True,
+    )
+    properties = _properties(args.property)
+    sent = 0
+    for _ in range(args.num_produce):
+        for body in args.messages:
+            producer.send_async(body.encode(), None, partition_key=args.key, properties=properties)
+            sent += 1
+    producer.flush()
+    producer.close()
+    print(f"{sent} messages produced to {args.topic}")
+    return 0
+
+
+def _consume(client: Client, args: argparse.Namespace) -> int:
+    consumer = client.subscribe(
+        args.topic,
+        args.subscription_name,
+        consumer_type=SUBSCRIPTION_TYPES[args.subscription_type],
+        initial_position=getattr(InitialPosition, args.subscription_position),
+    )
+    timeout = int(args.timeout * 1000) if args.timeout > 0 else None
+    received = 0
+    while args.num_messages <= 0 or received < args.num_messages:
+        try:
+            message = consumer.receive(timeout_millis=timeout)
+        except TimeoutError:
+            break
+        print(
+            f"----- got message -----\n"
+            f"id: {message.message_id()}, key: [{message.partition_key()}], "
+            f"properties: {message.properties()}\n"
+            f"content: {message.data().decode(errors='replace')}"
+        )
+        consumer.acknowledge(message)
+        received += 1
+    consumer.close()
+    print(f"{received} messages received")
+    return 0 if args.num_messages <= 0 or received == args.num_messages else 1
+
+
+def run_client(args: argparse.Namespace) -> int:
+    try:
+        with Client(args.url) as client:
+            if args.client_command == "produce":
+                return _produce(client, args)
+            return _consume(client, args)
+    except StripeMQError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
