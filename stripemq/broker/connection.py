@@ -413,13 +413,20 @@ class ServerConnection:
         self.write(pb.CommandActiveConsumerChange(consumer_id=consumer_id, is_active=is_active))
 
     def send_message(
-        self, consumer_id: int, message_id: pb.MessageIdData, redelivery_count: int, entry: bytes
+        self,
+        consumer_id: int,
+        message_id: pb.MessageIdData,
+        redelivery_count: int,
+        entry: bytes,
+        ack_set: list[int] | None = None,
     ) -> None:
         if self.writer.is_closing():
             return
         command = pb.CommandMessage(consumer_id=consumer_id, message_id=message_id)
         if redelivery_count:
             command.redelivery_count = redelivery_count
+        if ack_set:
+            command.ack_set.extend(ack_set)
         self.writer.write(encode_payload_command(command, entry))
 
     def _consumer(self, consumer_id: int) -> Consumer:

@@ -58,7 +58,12 @@ class MessageSink(Protocol):
     """Where a consumer's messages go (its connection)."""
 
     def send_message(
-        self, consumer_id: int, message_id: pb.MessageIdData, redelivery_count: int, entry: bytes
+        self,
+        consumer_id: int,
+        message_id: pb.MessageIdData,
+        redelivery_count: int,
+        entry: bytes,
+        ack_set: list[int] | None = None,
     ) -> None: ...
 
     def send_active_change(self, consumer_id: int, is_active: bool) -> None: ...
@@ -222,16 +227,33 @@ class Subscription:
             return
         whole = []
         for message_id, position in zip(ack.message_id, positions, strict=True):
-            if message_id.ack_set and message_id.HasField("batch_size"):
-                remaining = _bits_of(message_id.ack_set, message_id.batch_size)
-                done_indexes = [i for i, unacked in enumerate(remaining) if not unacked]
-                if self.cursor.ack_batch(position, done_indexes, message_id.batch_size):
-                    whole.append(position)
-            else:
+            if not message_id.ack_set:
+                whole.append(position)
+                continue
+            # Part of a batch. The C++ client leaves out batch_size: the entry's message
+            # count is known from its delivery (or from earlier partial acks).
+            size = message_id.batch_size if message_id.HasField("batch_size") else 0
+            size = size or self._batch_size(consumer, position)
+            if size <= 0:
+                log.warning(
+                    "%s: batch-index ack of %s with unknown size ignored", self.name, position
+                )
+                continue
+            remaining = _bits_of(message_id.ack_set, size)
+            done_indexes = [i for i, unacked in enumerate(remaining) if not unacked]
+            if self.cursor.ack_batch(position, done_indexes, size):
                 whole.append(position)
         self.cursor.ack(whole)
         self.delivery.acknowledged(consumer.slot, whole)
         self._wake.set()  # a draining Key_Shared hash may be free now
+
+    def _batch_size(self, consumer: Consumer, position: Position) -> int:
+        """Messages in the batch entry at ``position``, as far as the subscription knows."""
+        size = consumer.slot.pending.get(position, 0)
+        if size <= 0:
+            bits = self.cursor.state.ack_set(position)
+            size = len(bits) if bits is not None else 0
+        return size
 
     def redeliver(self, consumer: Consumer, message_ids: Iterable[pb.MessageIdData]) -> None:
         """The consumer gives entries back (negative ack, ack timeout, or all of them)."""
@@ -377,12 +399,17 @@ class Subscription:
             message_id = pb.MessageIdData(
                 ledgerId=position.ledger_id, entryId=position.entry_id, partition=partition
             )
+            # A partly acknowledged batch goes with the bits of what is left (in MESSAGE's
+            # ack_set, where clients look), so only that is delivered again.
             bits = self.cursor.state.ack_set(position)
-            if bits is not None:
-                message_id.ack_set.extend(_words_of(bits.tolist()))
+            ack_set = _words_of(bits.tolist()) if bits is not None else None
             consumer = self.consumers[delivery.slot.slot_id]
             consumer.sink.send_message(
-                delivery.slot.consumer_id, message_id, delivery.redelivery_count, data[position]
+                delivery.slot.consumer_id,
+                message_id,
+                delivery.redelivery_count,
+                data[position],
+                ack_set,
             )
 
     async def _wait_for_wake(self) -> None:

@@ -428,7 +428,8 @@ class TopicConsumer(ConnectionHandler, ConsumerBase):
             return [self._message(payload, message_id, metadata, redeliveries, None)]
         count = metadata.num_messages_in_batch
         singles = decode_batch(payload, count)
-        unacked = _unacked_bits(command.ack_set, count) if command.ack_set else None
+        words = command.ack_set or command.message_id.ack_set  # older brokers: the latter
+        unacked = _unacked_bits(words, count) if words else None
         messages = []
         for index, single in enumerate(singles):
             if unacked is not None and not unacked[index]:

@@ -360,6 +360,38 @@ def test_cumulative_ack_and_redelivery_of_the_rest(client: smq.Client, topic: st
     assert again.receive(timeout_millis=5000).data() == b"5"
 
 
+@pytest.mark.parametrize("which", ["stripemq", "official"])
+def test_batch_index_acks_redeliver_only_the_unacknowledged_part_of_a_batch(
+    client: smq.Client, official: pulsar.Client, topic: str, which: str
+) -> None:
+    """Both clients' batch-index acks (the official C++ client's name no batch size)."""
+    module, consuming = (smq, client) if which == "stripemq" else (pulsar, official)
+
+    def subscribe():  # type: ignore[no-untyped-def]
+        return consuming.subscribe(
+            topic,
+            "sub",
+            consumer_type=module.ConsumerType.Shared,
+            batch_index_ack_enabled=True,
+        )
+
+    consumer = subscribe()
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=10)
+    for i in range(10):
+        producer.send_async(f"{i}".encode(), None)
+    producer.flush()
+    messages = [consumer.receive(timeout_millis=5000) for _ in range(10)]
+    assert len({m.message_id().entry_id() for m in messages}) == 1  # one batch entry
+    for message in messages[::2]:
+        consumer.acknowledge(message)
+    consumer.close()  # sends the grouped acks first
+    again = subscribe()
+    rest = [again.receive(timeout_millis=5000).data() for _ in range(5)]
+    assert rest == [f"{i}".encode() for i in range(1, 10, 2)]
+    with pytest.raises((TimeoutError, pulsar.Timeout)):
+        again.receive(timeout_millis=500)
+
+
 def test_batch_receive_and_message_listener(client: smq.Client, topic: str) -> None:
     consumer = client.subscribe(
         topic,

@@ -301,7 +301,12 @@ class Inbox:
     received: list[tuple[int, bytes]] = field(default_factory=list)
 
     def send_message(
-        self, consumer_id: int, message_id: pb.MessageIdData, redelivery_count: int, entry: bytes
+        self,
+        consumer_id: int,
+        message_id: pb.MessageIdData,
+        redelivery_count: int,
+        entry: bytes,
+        ack_set: list[int] | None = None,
     ) -> None:
         self.received.append((time.time_ns() // 1_000_000, entry))
 
