@@ -88,6 +88,29 @@ async def test_partitioned_topic_routing_matches_the_official_client(
             await consumer.receive(timeout_millis=300)
 
 
+async def test_producer_and_consumer_follow_a_bundle_unload(broker: BrokerServer) -> None:
+    from stripemq.broker.ownership import bundle_of
+
+    topic = "persistent://public/default/unloaded"
+    assert broker.service is not None
+    async with aio.Client(broker.service_url, operation_timeout_seconds=15) as client:
+        consumer = await client.subscribe(topic, "sub")
+        producer = await client.create_producer(topic)
+        await producer.send(b"before")
+        first = await consumer.receive(timeout_millis=5000)
+        assert first.data() == b"before"
+        await consumer.acknowledge(first)
+        closed = await broker.service.unload(bundle_of(TopicName.parse(topic)))
+        assert closed == [topic]
+        await producer.send(b"after")  # looked up again and re-attached
+        message = await consumer.receive(timeout_millis=10_000)
+        if message.data() == b"before":  # its ack may not have arrived before the unload
+            message = await consumer.receive(timeout_millis=10_000)
+        assert message.data() == b"after"
+        await consumer.acknowledge(message)
+        assert producer.is_connected() and consumer.is_connected()
+
+
 @pytest.fixture
 async def dedup_brokers(
     metadata_url: str, tmp_path: Path
