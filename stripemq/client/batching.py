@@ -47,6 +47,20 @@ class BuiltEntry:
         return self.messages[-1].sequence_id
 
 
+def _describe(
+    target: pb.MessageMetadata | pb.SingleMessageMetadata, message: OutgoingMessage
+) -> None:
+    """Properties, keys and event time: the fields both metadata types share."""
+    for key, value in message.properties.items():
+        target.properties.add(key=key, value=value)
+    if message.partition_key is not None:
+        target.partition_key = message.partition_key
+    if message.ordering_key is not None:
+        target.ordering_key = message.ordering_key
+    if message.event_timestamp:
+        target.event_time = message.event_timestamp
+
+
 def _replication(metadata: pb.MessageMetadata, message: OutgoingMessage) -> None:
     if message.disable_replication:
         metadata.replicate_to.append("__local__")
@@ -63,14 +77,7 @@ def build_single(
         sequence_id=message.sequence_id,
         publish_time=publish_time,
     )
-    for key, value in message.properties.items():
-        metadata.properties.add(key=key, value=value)
-    if message.partition_key is not None:
-        metadata.partition_key = message.partition_key
-    if message.ordering_key is not None:
-        metadata.ordering_key = message.ordering_key
-    if message.event_timestamp:
-        metadata.event_time = message.event_timestamp
+    _describe(metadata, message)
     if message.deliver_at is not None:
         metadata.deliver_at_time = message.deliver_at
     _replication(metadata, message)
@@ -85,14 +92,7 @@ def build_batch(
     singles: list[BatchMessage] = []
     for message in messages:
         single = pb.SingleMessageMetadata(payload_size=len(message.payload))
-        for key, value in message.properties.items():
-            single.properties.add(key=key, value=value)
-        if message.partition_key is not None:
-            single.partition_key = message.partition_key
-        if message.ordering_key is not None:
-            single.ordering_key = message.ordering_key
-        if message.event_timestamp:
-            single.event_time = message.event_timestamp
+        _describe(single, message)
         single.sequence_id = message.sequence_id
         singles.append(BatchMessage(single, message.payload))
     metadata = pb.MessageMetadata(

@@ -8,7 +8,8 @@ import contextlib
 import itertools
 import logging
 import time
-from typing import Protocol
+from collections.abc import Callable
+from typing import Protocol, TypeVar
 
 from google.protobuf.message import Message as ProtoMessage
 
@@ -69,6 +70,9 @@ class ConsumerListener(Protocol):
     def on_end_of_topic(self) -> None: ...
     def on_closed_by_broker(self) -> None: ...
     def on_connection_closed(self, connection: ClientConnection) -> None: ...
+
+
+_Listener = TypeVar("_Listener", ProducerListener, ConsumerListener)
 
 
 def _error_of_response(command: pb.BaseCommand) -> StripeMQError | None:
@@ -265,6 +269,30 @@ class ClientConnection:
         if error is not None:
             raise error
         return response
+
+    async def register(
+        self,
+        registry: dict[int, _Listener],
+        handle_id: int,
+        listener: _Listener,
+        command: ProtoMessage,
+        request_id: int,
+        close_command: Callable[[int], ProtoMessage],
+    ) -> pb.BaseCommand:
+        """Send a PRODUCER or SUBSCRIBE with ``listener`` registered first (the broker may
+        send to it right after answering). On failure it is unregistered; after a timeout
+        the broker is also asked to close what it may have made (``close_command(rid)``)."""
+        registry[handle_id] = listener
+        try:
+            return await self.request(command, request_id)
+        except ClientTimeoutError:
+            registry.pop(handle_id, None)
+            with contextlib.suppress(StripeMQError):
+                self.send_command(close_command(self.new_request_id()))
+            raise
+        except BaseException:
+            registry.pop(handle_id, None)
+            raise
 
     # ------------------------------------------------------------------ receiving
 

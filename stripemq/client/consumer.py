@@ -324,21 +324,14 @@ class TopicConsumer(ConnectionHandler, ConsumerBase):
 
     async def attach(self, connection: ClientConnection) -> None:
         request_id = connection.new_request_id()
-        connection.consumers[self.consumer_id] = self
-        try:
-            await connection.request(self._subscribe_command(request_id), request_id)
-        except ClientTimeoutError:
-            connection.consumers.pop(self.consumer_id, None)
-            with contextlib.suppress(StripeMQError):
-                connection.send_command(
-                    pb.CommandCloseConsumer(
-                        consumer_id=self.consumer_id, request_id=connection.new_request_id()
-                    )
-                )
-            raise
-        except BaseException:
-            connection.consumers.pop(self.consumer_id, None)
-            raise
+        await connection.register(
+            connection.consumers,
+            self.consumer_id,
+            self,
+            self._subscribe_command(request_id),
+            request_id,
+            lambda rid: pb.CommandCloseConsumer(consumer_id=self.consumer_id, request_id=rid),
+        )
         # Everything not acknowledged comes again: drop what is still queued from before.
         self._drop_queued()
         if self._last_taken is not None and not self.config.durable:

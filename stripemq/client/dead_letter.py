@@ -32,6 +32,25 @@ def base_topic(topic: str) -> str:
     return str(TopicName.parse(topic).partitioned_topic)
 
 
+async def _republish(
+    producer: Producer,
+    message: Message,
+    properties: dict[str, str],
+    deliver_after_ms: int | None = None,
+) -> None:
+    """Send ``message`` again (payload, keys, event time) with ``properties``; returns once
+    it is durable."""
+    outgoing = outgoing_message(
+        message.data(),
+        properties=properties,
+        partition_key=message.partition_key() or None,
+        ordering_key=message.ordering_key() or None,
+        event_timestamp=message.event_timestamp() or None,
+        deliver_after=deliver_after_ms,
+    )
+    await (await producer.send_message(outgoing))
+
+
 class DeadLetters:
     """The dead-letter and retry producers of one subscription, created on first use."""
 
@@ -75,14 +94,7 @@ class DeadLetters:
         producer = await self._producer(
             self.dead_letter_topic, self.policy.initial_subscription_name
         )
-        outgoing = outgoing_message(
-            message.data(),
-            properties=properties,
-            partition_key=message.partition_key() or None,
-            ordering_key=message.ordering_key() or None,
-            event_timestamp=message.event_timestamp() or None,
-        )
-        await (await producer.send_message(outgoing))
+        await _republish(producer, message, properties)
         log.info("sent %s to dead-letter topic %s", message.message_id(), self.dead_letter_topic)
 
     async def send_to_retry(
@@ -103,15 +115,7 @@ class DeadLetters:
             await self.send_to_dead_letter(dead)
             return False
         producer = await self._producer(self.retry_letter_topic, None)
-        outgoing = outgoing_message(
-            message.data(),
-            properties=properties,
-            partition_key=message.partition_key() or None,
-            ordering_key=message.ordering_key() or None,
-            event_timestamp=message.event_timestamp() or None,
-            deliver_after=delay_ms,
-        )
-        await (await producer.send_message(outgoing))
+        await _republish(producer, message, properties, delay_ms)
         return True
 
     async def close(self) -> None:

@@ -292,21 +292,14 @@ class Producer(ConnectionHandler, SendApi):
             command.initial_subscription_name = self.config.initial_subscription_name
         for key, value in self.config.properties.items():
             command.metadata.add(key=key, value=value)
-        connection.producers[self.producer_id] = self
-        try:
-            response = await connection.request(command, request_id)
-        except ClientTimeoutError:
-            connection.producers.pop(self.producer_id, None)
-            with contextlib.suppress(StripeMQError):  # it may exist there after all
-                connection.send_command(
-                    pb.CommandCloseProducer(
-                        producer_id=self.producer_id, request_id=connection.new_request_id()
-                    )
-                )
-            raise
-        except BaseException:
-            connection.producers.pop(self.producer_id, None)
-            raise
+        response = await connection.register(
+            connection.producers,
+            self.producer_id,
+            self,
+            command,
+            request_id,
+            lambda rid: pb.CommandCloseProducer(producer_id=self.producer_id, request_id=rid),
+        )
         success = response.producer_success
         self.name = success.producer_name
         if self._first_attach:

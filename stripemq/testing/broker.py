@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -84,3 +85,23 @@ async def owner_url(store: MetadataStore, topic: str) -> str | None:
     """The service URL of the broker owning ``topic``'s bundle, if any owns it."""
     found = await store.get(bundle_of(TopicName.parse(topic)).path)
     return None if found is None else json.loads(found[0])["service_url"]
+
+
+def owner_killer(
+    store: MetadataStore,
+    topic: str,
+    brokers: Iterable[BrokerProcess],
+    loop: asyncio.AbstractEventLoop,
+) -> tuple[Callable[[], None], list[BrokerProcess]]:
+    """A function that SIGKILLs the broker owning ``topic`` (to call from a client's thread
+    while ``loop`` runs), and the list in which it records whom it killed."""
+    killed: list[BrokerProcess] = []
+    candidates = list(brokers)
+
+    def kill_owner() -> None:
+        owner = asyncio.run_coroutine_threadsafe(owner_url(store, topic), loop).result(10)
+        victim = next(b for b in candidates if b.service_url == owner)
+        victim.kill()
+        killed.append(victim)
+
+    return kill_owner, killed

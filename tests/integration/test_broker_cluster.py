@@ -10,7 +10,7 @@ import pulsar
 import pytest
 
 from stripemq.metadata import MetadataStore
-from stripemq.testing.broker import BrokerProcess, cluster_service_url, owner_url
+from stripemq.testing.broker import BrokerProcess, cluster_service_url, owner_killer, owner_url
 from stripemq.testing.cluster import BookieCluster
 from stripemq.testing.polling import until
 
@@ -108,13 +108,7 @@ async def test_a_killed_brokers_topics_are_taken_over_without_loss(
     topic = "persistent://public/default/takeover"
     loop = asyncio.get_running_loop()
     url = cluster_service_url(brokers)
-    killed: list[BrokerProcess] = []
-
-    def kill_owner() -> None:
-        owner = asyncio.run_coroutine_threadsafe(owner_url(store, topic), loop).result(10)
-        victim = next(b for b in brokers if b.service_url == owner)
-        victim.kill()
-        killed.append(victim)
+    kill_owner, killed = owner_killer(store, topic, brokers, loop)
 
     acked, failed = await loop.run_in_executor(None, produce_through_a_kill, url, topic, kill_owner)
     assert killed and len(acked) + len(failed) == 300

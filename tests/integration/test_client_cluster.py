@@ -21,6 +21,7 @@ from stripemq.testing.broker import (
     BrokerProcess,
     broker_on_bookies,
     cluster_service_url,
+    owner_killer,
     owner_url,
 )
 from stripemq.testing.cluster import BookieCluster
@@ -189,13 +190,7 @@ async def test_failover_with_deduplication_is_exactly_once(
     topic = "persistent://public/default/exactly-once"
     loop = asyncio.get_running_loop()
     url = cluster_service_url(dedup_brokers)
-    killed: list[BrokerProcess] = []
-
-    def kill_owner() -> None:
-        owner = asyncio.run_coroutine_threadsafe(owner_url(store, topic), loop).result(10)
-        victim = next(b for b in dedup_brokers if b.service_url == owner)
-        victim.kill()
-        killed.append(victim)
+    kill_owner, killed = owner_killer(store, topic, dedup_brokers, loop)
 
     results, brokers = await loop.run_in_executor(
         None, produce_through_a_kill, url, topic, kill_owner
