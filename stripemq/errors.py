@@ -283,6 +283,8 @@ class ClientError(StripeMQError):
 class ClientTimeoutError(ClientError, TimeoutError):
     """An operation (send, lookup, subscribe, receive) did not finish in time."""
 
+    retriable = True
+
 
 class AlreadyClosedError(ClientError):
     """The client, producer, consumer or reader is closed."""

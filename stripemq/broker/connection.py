@@ -90,6 +90,7 @@ class ServerConnection:
         self.producers: dict[int, Producer] = {}
         self.consumers: dict[int, Consumer] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._publishes: set[asyncio.Task[Any]] = set()
         self._handlers: dict[int, Callable[[Frame, Any], Awaitable[None] | None]] = {
             pb.BaseCommand.PING: self._on_ping,
             pb.BaseCommand.PONG: lambda frame, body: None,
@@ -158,8 +159,11 @@ class ServerConnection:
             return
         if result is not None:
             task = asyncio.ensure_future(self._guard(frame, body, result))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            # A SEND in flight is never cancelled: its entry is on its way to the bookies,
+            # and deduplication must learn whether it was stored.
+            tasks = self._publishes if frame.command.type == pb.BaseCommand.SEND else self._tasks
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
 
     async def _guard(self, frame: Frame, body: Any, work: Awaitable[None]) -> None:
         """Run a request; a refusal or storage failure becomes ERROR for its request id."""

@@ -328,6 +328,15 @@ class ManagedLedger:
         assert info is not None
         future = handle.add_entry_async(data)
         self._pushed_bytes += len(data)
+        # The append completes (and is accounted for) even if the caller is cancelled:
+        # the entry goes to the bookies regardless, and later appends queue behind it.
+        return await asyncio.shield(
+            asyncio.ensure_future(self._complete_add(handle, info, future, data))
+        )
+
+    async def _complete_add(
+        self, handle: LedgerHandle, info: LedgerInfo, future: asyncio.Future[int], data: bytes
+    ) -> Position:
         try:
             entry_id = await future
         except LedgerFencedError:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from stripemq.client import Client, CompressionType, ConsumerType, InitialPosition
+from stripemq.client import Client, CompressionType, ConsumerType, InitialPosition, Result
 from stripemq.errors import StripeMQError
 
 SUBSCRIPTION_TYPES = {
@@ -83,14 +83,23 @@ def _produce(client: Client, args: argparse.Namespace) -> int:
         block_if_queue_full=True,
     )
     properties = _properties(args.property)
-    sent = 0
+    failures: list[Result] = []
+
+    def sent(result: Result, _message_id: object) -> None:
+        if result is not Result.Ok:
+            failures.append(result)
+
+    count = 0
     for _ in range(args.num_produce):
         for body in args.messages:
-            producer.send_async(body.encode(), None, partition_key=args.key, properties=properties)
-            sent += 1
+            producer.send_async(body.encode(), sent, partition_key=args.key, properties=properties)
+            count += 1
     producer.flush()
     producer.close()
-    print(f"{sent} messages produced to {args.topic}")
+    if failures:
+        print(f"{len(failures)} of {count} messages failed: {failures[0].name}", file=sys.stderr)
+        return 1
+    print(f"{count} messages produced to {args.topic}")
     return 0
 
 

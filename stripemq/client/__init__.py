@@ -11,6 +11,7 @@ The asyncio API with the same names is ``stripemq.client.aio``.
 
 from stripemq.client.message import Message, MessageId
 from stripemq.client.options import (
+    BatchingType,
     BatchReceivePolicy,
     CompressionType,
     ConsumerBatchReceivePolicy,
@@ -48,14 +49,17 @@ from stripemq.errors import (
 from stripemq.errors import ClientTimeoutError as TimeoutError
 
 __all__ = [
+    "AlreadyClosed",
     "AlreadyClosedError",
     "BatchReceivePolicy",
+    "BatchingType",
     "Client",
     "ClientError",
     "CompressionType",
     "ConnectError",
     "Consumer",
     "ConsumerBatchReceivePolicy",
+    "ConsumerBusy",
     "ConsumerBusyError",
     "ConsumerDeadLetterPolicy",
     "ConsumerKeySharedPolicy",

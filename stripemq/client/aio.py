@@ -14,6 +14,7 @@ from stripemq.client.client import AsyncClient
 from stripemq.client.consumer import ConsumerBase as Consumer
 from stripemq.client.message import Message, MessageId
 from stripemq.client.options import (
+    BatchingType,
     BatchReceivePolicy,
     CompressionType,
     ConsumerBatchReceivePolicy,
@@ -47,6 +48,7 @@ class Client(AsyncClient):
 
 __all__ = [
     "BatchReceivePolicy",
+    "BatchingType",
     "Client",
     "CompressionType",
     "Consumer",

@@ -4,10 +4,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from stripemq.client.compression import compress
+from stripemq.client.message import Message, MessageId
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.frames import BatchMessage, encode_batch
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -27,6 +31,21 @@ class OutgoingMessage:
     @property
     def size(self) -> int:
         return len(self.payload)
+
+    def as_message(self, topic: str) -> Message:
+        """This message as a ``Message`` (what a custom message router is given)."""
+        return Message(
+            _data=self.payload,
+            _message_id=MessageId(),
+            _topic=topic,
+            _properties=dict(self.properties),
+            _partition_key=self.partition_key,
+            _ordering_key=self.ordering_key,
+            _publish_timestamp=0,
+            _event_timestamp=self.event_timestamp or 0,
+            _redelivery_count=0,
+            _producer_name="",
+        )
 
 
 @dataclass
@@ -102,7 +121,14 @@ def build_batch(
         publish_time=publish_time,
         num_messages_in_batch=len(messages),
     )
-    _replication(metadata, messages[0])
+    # The batch is dispatched (Key_Shared) by the first message's keys, as the official
+    # clients do.
+    first = messages[0]
+    if first.partition_key is not None:
+        metadata.partition_key = first.partition_key
+    if first.ordering_key is not None:
+        metadata.ordering_key = first.ordering_key
+    _replication(metadata, first)
     payload = _compressed(metadata, compression, encode_batch(singles))
     return BuiltEntry(metadata, payload, list(messages), batched=True)
 
@@ -115,32 +141,45 @@ def _compressed(metadata: pb.MessageMetadata, compression: int, payload: bytes) 
     return compress(compression, payload)
 
 
-class BatchContainer:
-    """Messages waiting to go out as one batch, bounded by count and bytes."""
+def _key_of(message: OutgoingMessage) -> bytes | str | None:
+    return message.ordering_key if message.ordering_key is not None else message.partition_key
 
-    def __init__(self, max_messages: int, max_bytes: int) -> None:
+
+class BatchContainer(Generic[T]):
+    """Messages waiting to go out as batches, bounded by count and bytes, each with a
+    ``token`` of the caller's (its future). A key-based container keeps one batch per key
+    (so Key_Shared consumers get each key's messages); a default one a single batch."""
+
+    def __init__(self, max_messages: int, max_bytes: int, key_based: bool = False) -> None:
+        self.key_based = key_based
         self.max_messages = max(1, max_messages)
         self.max_bytes = max(1, max_bytes)
-        self.messages: list[OutgoingMessage] = []
+        self._groups: dict[bytes | str | None, list[tuple[OutgoingMessage, T]]] = {}
+        self._count = 0
         self.bytes = 0
 
     def __len__(self) -> int:
-        return len(self.messages)
+        return self._count
 
     def has_room_for(self, message: OutgoingMessage) -> bool:
         """Whether ``message`` fits; an empty container takes any one message."""
-        if not self.messages:
+        if not self._count:
             return True
-        return (
-            len(self.messages) < self.max_messages and self.bytes + message.size <= self.max_bytes
-        )
+        return self._count < self.max_messages and self.bytes + message.size <= self.max_bytes
 
-    def add(self, message: OutgoingMessage) -> bool:
+    def add(self, message: OutgoingMessage, token: T) -> bool:
         """Add ``message``; true when the container is now full and should be sent."""
-        self.messages.append(message)
+        key = _key_of(message) if self.key_based else None
+        self._groups.setdefault(key, []).append((message, token))
+        self._count += 1
         self.bytes += message.size
-        return len(self.messages) >= self.max_messages or self.bytes >= self.max_bytes
+        return self._count >= self.max_messages or self.bytes >= self.max_bytes
 
-    def drain(self) -> list[OutgoingMessage]:
-        messages, self.messages, self.bytes = self.messages, [], 0
-        return messages
+    def drain(self) -> list[tuple[list[OutgoingMessage], list[T]]]:
+        """The batches to send (one per key when key-based), emptying the container."""
+        groups = [
+            ([message for message, _ in group], [token for _, token in group])
+            for group in self._groups.values()
+        ]
+        self._groups, self._count, self.bytes = {}, 0, 0
+        return groups

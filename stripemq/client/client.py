@@ -15,6 +15,7 @@ from stripemq.client.lookup import LookupService
 from stripemq.client.message import MessageId
 from stripemq.client.multi_topics import MultiTopicsConsumer
 from stripemq.client.options import (
+    BatchingType,
     BatchReceivePolicy,
     CompressionType,
     ConsumerDeadLetterPolicy,
@@ -124,7 +125,7 @@ class AsyncClient:
         message_routing_mode: PartitionsRoutingMode = PartitionsRoutingMode.RoundRobinDistribution,
         lazy_start_partitioned_producers: bool = False,
         properties: dict[str, str] | None = None,
-        batching_type: Any = None,
+        batching_type: BatchingType = BatchingType.Default,
         encryption_key: str | None = None,
         crypto_key_reader: Any = None,
         access_mode: ProducerAccessMode = ProducerAccessMode.Shared,
@@ -160,6 +161,7 @@ class AsyncClient:
             message_router=message_router,
             properties=dict(properties or {}),
             access_mode=access_mode,
+            batching_type=batching_type,
         )
         name = _topic(topic)
         partitions = await self.lookup.partitions(name)

@@ -207,6 +207,9 @@ class ClientConnection:
         self._closed.set()
         if self._writer is not None:
             self._writer.close()
+        for task in self._tasks:
+            if task is not asyncio.current_task():
+                task.cancel()  # the keep-alive (and the reader, if it is not us)
         error = ConnectError(f"connection to {self.physical_address} lost: {reason}")
         for future in self._pending.values():
             if not future.done():
@@ -317,6 +320,9 @@ class ClientConnection:
             reason = f"socket error: {exc}"
         except asyncio.CancelledError:
             reason = "closed by the client"
+        except Exception as exc:  # a bug: still tell everyone the connection is gone
+            log.exception("%s: reader failed", self)
+            reason = f"reader failed: {exc!r}"
         self._abort(reason)
 
     def _handle(self, frame: Frame) -> None:

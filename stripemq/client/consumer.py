@@ -272,6 +272,7 @@ class TopicConsumer(ConnectionHandler, ConsumerBase):
         ):
             self._start = _StartFilter(config.start_message_id, config.start_message_id_inclusive)
         self._last_taken: MessageId | None = None
+        self._sought_time = False  # sought to a publish time; nothing taken since
         self._seeking = False
         self._active = True
         self._housekeeping: asyncio.Task[None] | None = None
@@ -338,6 +339,7 @@ class TopicConsumer(ConnectionHandler, ConsumerBase):
             self._start = _StartFilter(self._last_taken, inclusive=False)
         self._seeking = False
         self._permits = 0
+        self.flush_acks(connection)  # acks made while away go first: fewer come back
         connection.send_command(
             pb.CommandFlow(consumer_id=self.consumer_id, messagePermits=self._queue_size)
         )
@@ -364,6 +366,10 @@ class TopicConsumer(ConnectionHandler, ConsumerBase):
         log.info("%r closed by the broker; reconnecting", self)
         self.connection_lost()
 
+    def failed(self, exc: StripeMQError) -> None:
+        """Reconnecting failed for good: receivers get the reason instead of waiting."""
+        self.queue.fail(exc)
+
     def on_active_change(self, active: bool) -> None:
         self._active = active
 
@@ -378,7 +384,7 @@ class TopicConsumer(ConnectionHandler, ConsumerBase):
         entry_id = MessageId.from_proto(command.message_id, self.topic_name)
         if frame.metadata is None:
             log.error("%r: entry %s is unusable (%s); discarding", self, entry_id, frame.problem)
-            self._discard(entry_id, pb.CommandAck.ChecksumMismatch)
+            self._discard(entry_id, pb.CommandAck.ChecksumMismatch, 1)
             return
         metadata = frame.metadata
         try:
@@ -386,26 +392,25 @@ class TopicConsumer(ConnectionHandler, ConsumerBase):
             messages = self._unpack(command, metadata, payload, entry_id)
         except (InvalidMessageError, ProtocolError) as exc:
             log.error("%r: entry %s cannot be decoded (%s); discarding", self, entry_id, exc)
-            self._discard(entry_id, pb.CommandAck.DecompressionError)
+            self._discard(entry_id, pb.CommandAck.DecompressionError, _messages_in(metadata))
             return
         policy = self.config.dead_letter_policy
         dead = policy is not None and command.redelivery_count >= policy.max_redeliver_count
-        delivered: list[Message] = []
-        skipped = 0
-        for message in messages:
-            message_id = message.message_id()
-            if self._acks.is_duplicate(message_id) or (
-                self._start is not None and self._start.drops(message_id)
-            ):
-                skipped += 1
-                continue
-            delivered.append(message)
+        delivered = [
+            message
+            for message in messages
+            if not self._acks.is_duplicate(message.message_id())
+            and not (self._start is not None and self._start.drops(message.message_id()))
+        ]
         if dead and delivered:
             self._possible_dead[entry_id.entry_id_only()] = delivered
         for message in delivered:
             self.queue.put(message)
-        if skipped:
-            self._add_permits(skipped)
+        # The broker counted every message of the entry against the permits; those not
+        # handed on (acknowledged before, before a reader's start) are given back now.
+        undelivered = _messages_in(metadata) - len(delivered)
+        if undelivered > 0:
+            self._add_permits(undelivered)
 
     def _unpack(
         self,
@@ -417,7 +422,14 @@ class TopicConsumer(ConnectionHandler, ConsumerBase):
         ledger, entry = entry_id.ledger_id(), entry_id.entry_id()
         redeliveries = command.redelivery_count
         if not metadata.HasField("num_messages_in_batch"):
-            message_id = MessageId(ledger, entry, self.partition, -1, 0, self.topic_name)
+            message_id = MessageId(
+                ledger_id=ledger,
+                entry_id=entry,
+                partition=self.partition,
+                batch_index=-1,
+                batch_size=0,
+                topic=self.topic_name,
+            )
             return [self._message(payload, message_id, metadata, redeliveries, None)]
         count = metadata.num_messages_in_batch
         singles = decode_batch(payload, count)
@@ -427,7 +439,14 @@ class TopicConsumer(ConnectionHandler, ConsumerBase):
         for index, single in enumerate(singles):
             if unacked is not None and not unacked[index]:
                 continue  # acknowledged before (batch-index ack)
-            message_id = MessageId(ledger, entry, self.partition, index, count, self.topic_name)
+            message_id = MessageId(
+                ledger_id=ledger,
+                entry_id=entry,
+                partition=self.partition,
+                batch_index=index,
+                batch_size=count,
+                topic=self.topic_name,
+            )
             messages.append(
                 self._message(single.payload, message_id, metadata, redeliveries, single.metadata)
             )
@@ -461,7 +480,7 @@ class TopicConsumer(ConnectionHandler, ConsumerBase):
             _consumer=self,
         )
 
-    def _discard(self, entry_id: MessageId, reason: int) -> None:
+    def _discard(self, entry_id: MessageId, reason: int, messages: int) -> None:
         """Acknowledge an entry no application could read, so it is not sent forever."""
         if self.connection is not None:
             with contextlib.suppress(StripeMQError):
@@ -473,7 +492,7 @@ class TopicConsumer(ConnectionHandler, ConsumerBase):
                         validation_error=reason,  # type: ignore[arg-type]
                     )
                 )
-        self._add_permits(1)
+        self._add_permits(messages)
 
     def _taken(self, message: Message) -> None:
         """The application took ``message``: one more permit for the broker."""
@@ -483,6 +502,7 @@ class TopicConsumer(ConnectionHandler, ConsumerBase):
 
     def message_taken(self, message: Message) -> None:
         self._last_taken = message.message_id()
+        self._sought_time = False
         if self._unacked is not None:
             self._unacked.add(message.message_id(), time.monotonic())
         self._add_permits(1)
@@ -532,7 +552,11 @@ class TopicConsumer(ConnectionHandler, ConsumerBase):
                 self._batches[entry.entry_key] = state
                 # The entry is not done: everything before it is.
                 target = (
-                    MessageId(entry.ledger_id(), entry.entry_id() - 1, entry.partition())
+                    MessageId(
+                        ledger_id=entry.ledger_id(),
+                        entry_id=entry.entry_id() - 1,
+                        partition=entry.partition(),
+                    )
                     if entry.entry_id() > 0
                     else None
                 )
@@ -550,14 +574,16 @@ class TopicConsumer(ConnectionHandler, ConsumerBase):
         if self._acks.should_flush():
             self.flush_acks()
 
-    def flush_acks(self) -> None:
+    def flush_acks(self, connection: ClientConnection | None = None) -> None:
+        """Send the grouped acks (on ``connection``, else the current one)."""
         self._last_ack_flush = time.monotonic()
-        if self.connection is None or not self._acks.has_pending:
+        connection = connection or self.connection
+        if connection is None or not self._acks.has_pending:
             return
         commands = self._acks.flush(self.consumer_id)
         for command in commands:
             try:
-                self.connection.send_command(command)
+                connection.send_command(command)
             except StripeMQError:
                 log.debug("%r: acks lost with the connection; they come again", self)
 
@@ -641,9 +667,7 @@ class TopicConsumer(ConnectionHandler, ConsumerBase):
         """Move the subscription to a message id or a publish time (ms since the epoch);
         the next message is the one sought (or the first published at or after it)."""
         self._check_open()
-        connection = self.connection
-        if connection is None:
-            raise NotAllowedError(f"{self!r} is not connected; cannot seek now")
+        connection = await self._connection_when_attached()
         request_id = connection.new_request_id()
         command = pb.CommandSeek(consumer_id=self.consumer_id, request_id=request_id)
         if isinstance(target, MessageId):
@@ -665,6 +689,7 @@ class TopicConsumer(ConnectionHandler, ConsumerBase):
             self._start = _StartFilter(target, inclusive=True)
         else:
             self._start = None
+        self._sought_time = not isinstance(target, MessageId)
         if not self.config.durable and isinstance(target, MessageId):
             self.config.start_message_id = target.entry_id_only()
         self._drop_queued()
@@ -675,35 +700,47 @@ class TopicConsumer(ConnectionHandler, ConsumerBase):
 
     # ------------------------------------------------------------------ the rest
 
-    async def get_last_message_id(self) -> MessageId:
-        connection = self.connection
-        if connection is None:
-            raise NotAllowedError(f"{self!r} is not connected")
+    async def _connection_when_attached(self) -> ClientConnection:
+        """The connection, once (re)attached (a seek or a broker's restart detaches)."""
+        if not await self.wait_attached(self.client.operation_timeout_s):
+            raise ClientTimeoutError(f"{self!r} is not connected")
+        assert self.connection is not None
+        return self.connection
+
+    async def _last_and_mark_delete(self) -> tuple[MessageId, MessageId]:
+        connection = await self._connection_when_attached()
         request_id = connection.new_request_id()
         response = await connection.request(
             pb.CommandGetLastMessageId(consumer_id=self.consumer_id, request_id=request_id),
             request_id,
         )
-        last = response.getLastMessageIdResponse.last_message_id
-        return MessageId.from_proto(last, self.topic_name)
+        body = response.getLastMessageIdResponse
+        last = MessageId.from_proto(body.last_message_id, self.topic_name)
+        mark_delete = MessageId.from_proto(body.consumer_mark_delete_position, self.topic_name)
+        return last, mark_delete
+
+    async def get_last_message_id(self) -> MessageId:
+        """The id of the topic's last entry."""
+        self._check_open()
+        return (await self._last_and_mark_delete())[0]
 
     async def has_message_available(self) -> bool:
         """Whether a message is queued or the topic holds one after the last taken."""
         self._check_open()
-        if len([m for m in self.queue._items if m._consumer is self]):
+        if any(m._consumer is self for m in self.queue.snapshot()):
             return True
-        if not await self.wait_attached(self.client.operation_timeout_s):
-            raise ClientTimeoutError(f"{self!r} could not reconnect")
-        last = await self.get_last_message_id()
+        last, mark_delete = await self._last_and_mark_delete()
         if last.entry_id() < 0:
             return False
         if self._last_taken is not None:
             return _after(last, self._last_taken)
-        start = self.config.start_message_id or MessageId.latest
-        if start == MessageId.earliest:
-            return True
-        if start == MessageId.latest:
-            return self.config.start_message_id_inclusive and last.entry_id() >= 0
+        start = self.config.start_message_id
+        if start is None or start in (MessageId.earliest, MessageId.latest) or self._sought_time:
+            # Nothing read yet: is there an entry past where the subscription stands?
+            return (last.ledger_id(), last.entry_id()) > (
+                mark_delete.ledger_id(),
+                mark_delete.entry_id(),
+            )
         if self.config.start_message_id_inclusive:
             return (last.ledger_id(), last.entry_id()) >= (start.ledger_id(), start.entry_id())
         return _after(last, start)
@@ -711,9 +748,7 @@ class TopicConsumer(ConnectionHandler, ConsumerBase):
     async def unsubscribe(self) -> None:
         """Delete the subscription on the broker, then close."""
         self._check_open()
-        connection = self.connection
-        if connection is None:
-            raise NotAllowedError(f"{self!r} is not connected; cannot unsubscribe now")
+        connection = await self._connection_when_attached()
         request_id = connection.new_request_id()
         await connection.request(
             pb.CommandUnsubscribe(consumer_id=self.consumer_id, request_id=request_id),
@@ -758,6 +793,13 @@ def _after(last: MessageId, seen: MessageId) -> bool:
     if seen.batch_index() >= 0 and seen.batch_size <= 0:
         return True  # a batch of unknown size (an id made by hand): maybe more in it
     return 0 <= seen.batch_index() < seen.batch_size - 1
+
+
+def _messages_in(metadata: pb.MessageMetadata) -> int:
+    """Messages the broker counts for an entry (against the consumer's permits)."""
+    if metadata.HasField("num_messages_in_batch"):
+        return max(1, metadata.num_messages_in_batch)
+    return 1
 
 
 def _unacked_bits(words: Any, count: int) -> list[bool]:

@@ -12,10 +12,21 @@ from typing import TYPE_CHECKING
 from stripemq.client.connection import ClientConnection
 from stripemq.errors import (
     AlreadyClosedError,
+    AuthenticationError,
+    AuthorizationError,
+    ChecksumClientError,
     ClientError,
-    ConsumerBusyError,
-    ProducerBusyError,
+    ConsumerAssignError,
+    IncompatibleSchemaError,
+    InvalidConfigurationError,
+    InvalidTopicNameError,
+    NotAllowedError,
+    ProducerFencedError,
     StripeMQError,
+    SubscriptionNotFoundError,
+    TopicNotFoundError,
+    TopicTerminatedError,
+    UnsupportedVersionError,
 )
 from stripemq.retry import Backoff
 
@@ -25,11 +36,31 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+# What no further attempt can fix (as Java's PulsarClientException.isRetriableError).
+_FATAL: tuple[type[BaseException], ...] = (
+    AuthenticationError,
+    AuthorizationError,
+    TopicNotFoundError,
+    InvalidTopicNameError,
+    IncompatibleSchemaError,
+    NotAllowedError,
+    ProducerFencedError,
+    TopicTerminatedError,
+    UnsupportedVersionError,
+    InvalidConfigurationError,
+    ChecksumClientError,
+    ConsumerAssignError,
+    SubscriptionNotFoundError,
+)
+
+
 def is_retriable(exc: BaseException, *, reconnecting: bool) -> bool:
-    """Whether another attempt may succeed. While reconnecting, "busy" is the broker not
-    yet having noticed that this client's previous attachment is gone."""
-    if reconnecting and isinstance(exc, ProducerBusyError | ConsumerBusyError):
-        return True
+    """Whether another attempt may succeed. A first attachment retries only what is
+    meant to pass (timeouts, an unready or unreachable broker); a reconnection keeps
+    trying everything but what no attempt can fix, "busy" included (the broker has not
+    yet noticed that this client's previous attachment is gone)."""
+    if reconnecting:
+        return isinstance(exc, StripeMQError) and not isinstance(exc, _FATAL)
     return isinstance(exc, ClientError) and exc.retriable
 
 
@@ -111,6 +142,8 @@ class ConnectionHandler:
                     self.failed(exc)
                     return
                 log.info("%s: reconnect failed (%s); retrying", self.topic_name, exc)
+            except Exception:  # a bug must not end reconnecting for good
+                log.exception("%s: reconnect attempt failed", self.topic_name)
 
     def failed(self, exc: StripeMQError) -> None:
         """Reconnecting failed for good: fail whatever waits."""

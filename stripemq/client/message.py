@@ -29,13 +29,14 @@ class MessageId:
 
     def __init__(
         self,
+        partition: int = -1,
         ledger_id: int = -1,
         entry_id: int = -1,
-        partition: int = -1,
         batch_index: int = -1,
         batch_size: int = 0,
         topic: str | None = None,
     ) -> None:
+        """Arguments in the official ``pulsar.MessageId``'s order."""
         self._ledger_id = ledger_id
         self._entry_id = entry_id
         self._partition = partition
@@ -104,12 +105,12 @@ class MessageId:
     @classmethod
     def from_proto(cls, data: pb.MessageIdData, topic: str | None = None) -> MessageId:
         return cls(
-            _signed(data.ledgerId),
-            _signed(data.entryId),
-            data.partition if data.HasField("partition") else -1,
-            data.batch_index if data.HasField("batch_index") else -1,
-            data.batch_size if data.HasField("batch_size") else 0,
-            topic,
+            ledger_id=_signed(data.ledgerId),
+            entry_id=_signed(data.entryId),
+            partition=data.partition if data.HasField("partition") else -1,
+            batch_index=data.batch_index if data.HasField("batch_index") else -1,
+            batch_size=data.batch_size if data.HasField("batch_size") else 0,
+            topic=topic,
         )
 
     def serialize(self) -> bytes:
@@ -129,32 +130,32 @@ class MessageId:
 
     def with_topic(self, topic: str) -> MessageId:
         return MessageId(
-            self._ledger_id,
-            self._entry_id,
-            self._partition,
-            self._batch_index,
-            self.batch_size,
-            topic,
+            ledger_id=self._ledger_id,
+            entry_id=self._entry_id,
+            partition=self._partition,
+            batch_index=self._batch_index,
+            batch_size=self.batch_size,
+            topic=topic,
         )
 
     def entry_id_only(self) -> MessageId:
         """The id of the whole entry this message is part of."""
-        return MessageId(self._ledger_id, self._entry_id, self._partition, -1, 0, self.topic)
+        return MessageId(
+            ledger_id=self._ledger_id,
+            entry_id=self._entry_id,
+            partition=self._partition,
+            batch_index=-1,
+            batch_size=0,
+            topic=self.topic,
+        )
 
 
 def _signed(value: int) -> int:
     return value - (1 << 64) if value > _LONG_MAX else value
 
 
-MessageId.earliest = MessageId(-1, -1)
-MessageId.latest = MessageId(_LONG_MAX, _LONG_MAX)
-
-
-def message_id(
-    partition: int = -1, ledger_id: int = -1, entry_id: int = -1, batch_index: int = -1
-) -> MessageId:
-    """A message id by the official client's constructor argument order."""
-    return MessageId(ledger_id, entry_id, partition, batch_index)
+MessageId.earliest = MessageId(ledger_id=-1, entry_id=-1)
+MessageId.latest = MessageId(ledger_id=_LONG_MAX, entry_id=_LONG_MAX)
 
 
 @dataclass(eq=False)

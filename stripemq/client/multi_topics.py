@@ -127,9 +127,14 @@ class MultiTopicsConsumer(ConsumerBase):
             results = await asyncio.gather(
                 *(c.connect_first() for c in fresh), return_exceptions=True
             )
-            for result in results:
+            failures = []
+            for child, result in zip(fresh, results, strict=True):
                 if isinstance(result, BaseException):
-                    raise result
+                    del self.children[child.topic_name]  # tried again next time
+                    await child.close()
+                    failures.append(result)
+            if failures:
+                raise failures[0]
 
     async def _matching_topics(self) -> list[str]:
         assert self.pattern is not None
@@ -149,8 +154,8 @@ class MultiTopicsConsumer(ConsumerBase):
                 fresh = [t for t in topics if t not in self.topics]
                 if fresh:
                     log.info("%r: new topics %s", self, fresh)
-                    self.topics += fresh
                     await self._add_topics(fresh)
+                    self.topics += fresh  # only once subscribed: failures are retried
             except StripeMQError as exc:
                 log.warning("%r: topic discovery failed: %s", self, exc)
 

@@ -47,6 +47,14 @@ class HashingScheme(enum.Enum):
     Murmur3_32Hash = 2
 
 
+class BatchingType(enum.Enum):
+    """``KeyBased`` batches hold messages of one key only, so that Key_Shared consumers
+    get each key's messages (a batch is dispatched by its first message's key)."""
+
+    Default = 0
+    KeyBased = 1
+
+
 class ProducerAccessMode(enum.Enum):
     Shared = pb.Shared
     Exclusive = pb.Exclusive
@@ -66,18 +74,55 @@ class RegexSubscriptionMode(enum.Enum):
 
 
 class Result(enum.Enum):
-    """What a ``send_async`` callback is told; ``Ok`` or the failure's kind."""
+    """What a ``send_async`` callback is given: ``Ok`` or the failure's kind, with the
+    official client's names and values."""
 
     Ok = 0
     UnknownError = 1
-    Timeout = 2
-    AlreadyClosed = 3
-    ProducerQueueIsFull = 4
-    MessageTooBig = 5
-    ConnectError = 6
-    ProducerFenced = 7
-    TopicTerminated = 8
-    NotAllowed = 9
+    InvalidConfiguration = 2
+    Timeout = 3
+    LookupError = 4
+    ConnectError = 5
+    ReadError = 6
+    AuthenticationError = 7
+    AuthorizationError = 8
+    ErrorGettingAuthenticationData = 9
+    BrokerMetadataError = 10
+    BrokerPersistenceError = 11
+    ChecksumError = 12
+    ConsumerBusy = 13
+    NotConnected = 14
+    AlreadyClosed = 15
+    InvalidMessage = 16
+    ConsumerNotInitialized = 17
+    ProducerNotInitialized = 18
+    ProducerBusy = 19
+    TooManyLookupRequestException = 20
+    InvalidTopicName = 21
+    InvalidUrl = 22
+    ServiceUnitNotReady = 23
+    OperationNotSupported = 24
+    ProducerBlockedQuotaExceededError = 25
+    ProducerBlockedQuotaExceededException = 26
+    ProducerQueueIsFull = 27
+    MessageTooBig = 28
+    TopicNotFound = 29
+    SubscriptionNotFound = 30
+    ConsumerNotFound = 31
+    UnsupportedVersionError = 32
+    TopicTerminated = 33
+    CryptoError = 34
+    IncompatibleSchema = 35
+    ConsumerAssignError = 36
+    CumulativeAcknowledgementNotAllowedError = 37
+    TransactionCoordinatorNotFoundError = 38
+    InvalidTxnStatusError = 39
+    NotAllowedError = 40
+    TransactionConflict = 41
+    TransactionNotFound = 42
+    ProducerFenced = 43
+    MemoryBufferIsFull = 44
+    Interrupted = 45
 
 
 @dataclass(frozen=True)

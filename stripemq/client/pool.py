@@ -7,7 +7,7 @@ import logging
 from urllib.parse import urlsplit
 
 from stripemq.client.connection import ClientConnection
-from stripemq.errors import InvalidConfigurationError
+from stripemq.errors import ConnectError, InvalidConfigurationError
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,9 @@ class ConnectionPool:
             )
             await connection.connect(self.connection_timeout_s)
         except BaseException as exc:
-            future.set_exception(exc)
+            # Waiters get a ConnectError, never the opener's own cancellation.
+            shared = exc if isinstance(exc, Exception) else ConnectError("connect abandoned")
+            future.set_exception(shared)
             future.exception()  # retrieved: waiters re-raise it themselves
             raise
         finally:

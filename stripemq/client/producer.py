@@ -28,6 +28,7 @@ from stripemq.client.connection import ClientConnection
 from stripemq.client.handler import ConnectionHandler
 from stripemq.client.message import MessageId
 from stripemq.client.options import (
+    BatchingType,
     CompressionType,
     HashingScheme,
     PartitionsRoutingMode,
@@ -43,9 +44,11 @@ from stripemq.errors import (
     InvalidConfigurationError,
     MessageTooBigError,
     NotAllowedError,
+    PersistenceClientError,
     ProducerFencedError,
     ProducerQueueIsFullError,
     StripeMQError,
+    TopicNotFoundError,
     TopicTerminatedError,
     client_error_from_server,
 )
@@ -81,6 +84,7 @@ class ProducerConfig:
     properties: dict[str, str] = field(default_factory=dict)
     access_mode: ProducerAccessMode = ProducerAccessMode.Shared
     initial_subscription_name: str | None = None
+    batching_type: BatchingType = BatchingType.Default
 
     def __post_init__(self) -> None:
         if self.compression_type is CompressionType.SNAPPY:
@@ -167,7 +171,11 @@ _RESULTS: list[tuple[type[BaseException], Result]] = [
     (ConnectError, Result.ConnectError),
     (ProducerFencedError, Result.ProducerFenced),
     (TopicTerminatedError, Result.TopicTerminated),
-    (NotAllowedError, Result.NotAllowed),
+    (NotAllowedError, Result.NotAllowedError),
+    (ChecksumClientError, Result.ChecksumError),
+    (PersistenceClientError, Result.BrokerPersistenceError),
+    (InvalidConfigurationError, Result.InvalidConfiguration),
+    (TopicNotFoundError, Result.TopicNotFound),
 ]
 
 
@@ -181,6 +189,9 @@ class SendApi:
         raise NotImplementedError
 
     def send_message_nowait(self, message: OutgoingMessage) -> asyncio.Future[MessageId]:
+        raise NotImplementedError
+
+    def send_message_in_line(self, message: OutgoingMessage) -> asyncio.Future[MessageId]:
         raise NotImplementedError
 
     @property
@@ -227,7 +238,7 @@ def notify_when_done(
     """Call ``callback(result, message_id)`` once ``future`` settles."""
 
     def done(f: asyncio.Future[MessageId]) -> None:
-        error = f.exception()
+        error = AlreadyClosedError("send cancelled") if f.cancelled() else f.exception()
         try:
             callback(result_of(error), None if error else f.result())
         except Exception:  # the application's callback must not break the client
@@ -264,12 +275,16 @@ class Producer(ConnectionHandler, SendApi):
         self._pending: deque[_PendingEntry] = deque()
         self._pending_messages = 0  # in _pending and in the batch
         self._space = asyncio.Condition()
-        self._batch = BatchContainer(
-            config.batching_max_messages, config.batching_max_allowed_size_in_bytes
+        self._batch: BatchContainer[asyncio.Future[MessageId]] = BatchContainer(
+            config.batching_max_messages,
+            config.batching_max_allowed_size_in_bytes,
+            key_based=config.batching_type is BatchingType.KeyBased,
         )
-        self._batch_futures: list[asyncio.Future[MessageId]] = []
         self._batch_timer: asyncio.TimerHandle | None = None
         self._timeout_task: asyncio.Task[None] | None = None
+        # Messages waiting (in order) for room, from send_message_in_line.
+        self._waiting: deque[tuple[OutgoingMessage, asyncio.Future[MessageId]]] = deque()
+        self._line_task: asyncio.Task[None] | None = None
         self._ready = False  # attached and pending entries resent
 
     def __repr__(self) -> str:
@@ -393,6 +408,35 @@ class Producer(ConnectionHandler, SendApi):
             )
         return self._queue_message(message)
 
+    def send_message_in_line(self, message: OutgoingMessage) -> asyncio.Future[MessageId]:
+        """Queue ``message`` now if there is room and nothing waits before it; otherwise
+        it waits in line (in order) for room. For a blocking caller on another thread."""
+        self._admit(message)
+        if not self._waiting and self._pending_messages < self._max_pending:
+            return self._queue_message(message)
+        future: asyncio.Future[MessageId] = asyncio.get_running_loop().create_future()
+        self._waiting.append((message, future))
+        if self._line_task is None or self._line_task.done():
+            self._line_task = asyncio.get_running_loop().create_task(self._serve_line())
+        return future
+
+    async def _serve_line(self) -> None:
+        while self._waiting:
+            try:
+                async with self._space:
+                    await self._space.wait_for(
+                        lambda: self._pending_messages < self._max_pending or self.closed
+                    )
+                self._check_open()
+            except StripeMQError as exc:
+                while self._waiting:
+                    _, future = self._waiting.popleft()
+                    if not future.done():
+                        future.set_exception(exc)
+                return
+            message, future = self._waiting.popleft()
+            _chain_future(self._queue_message(message), future)
+
     def _queue_message(self, message: OutgoingMessage) -> asyncio.Future[MessageId]:
         if message.sequence_id < 0:
             message.sequence_id = self._next_sequence
@@ -402,8 +446,7 @@ class Producer(ConnectionHandler, SendApi):
         if self.config.batching_enabled and message.deliver_at is None:
             if not self._batch.has_room_for(message):
                 self._flush_batch()
-            self._batch_futures.append(future)
-            if self._batch.add(message):
+            if self._batch.add(message, future):
                 self._flush_batch()
             elif self._batch_timer is None:
                 delay = self.config.batching_max_publish_delay_ms / 1000
@@ -424,10 +467,9 @@ class Producer(ConnectionHandler, SendApi):
             self._batch_timer = None
         if not len(self._batch):
             return
-        messages = self._batch.drain()
-        futures, self._batch_futures = self._batch_futures, []
-        built = build_batch(messages, self.name, self._compression, _now_ms())
-        self._enqueue(built, futures)
+        for messages, futures in self._batch.drain():
+            built = build_batch(messages, self.name, self._compression, _now_ms())
+            self._enqueue(built, futures)
 
     def _enqueue(self, built: BuiltEntry, futures: list[asyncio.Future[MessageId]]) -> None:
         entry = encode_entry(built.metadata, built.payload)
@@ -453,16 +495,12 @@ class Producer(ConnectionHandler, SendApi):
             except StripeMQError:
                 pass  # resent after the reconnect
 
-    def _settle(
-        self, futures: list[asyncio.Future[MessageId]], error: BaseException | None
-    ) -> None:
+    def _settle(self, futures: list[asyncio.Future[MessageId]], error: BaseException) -> None:
+        """Fail ``futures`` with ``error``; their room in the queue is free again."""
         self._pending_messages -= len(futures)
         for future in futures:
             if not future.done():
-                if error is None:
-                    future.set_exception(RuntimeError("settled without a result"))
-                else:
-                    future.set_exception(error)
+                future.set_exception(error)
         self._wake_senders()
 
     def _wake_senders(self) -> None:
@@ -554,13 +592,13 @@ class Producer(ConnectionHandler, SendApi):
         self._flush_batch()
         futures = [f for entry in self._pending for f in entry.futures]
         if futures:
-            await asyncio.gather(*futures, return_exceptions=True)
+            await asyncio.wait(futures)  # never cancels them, even if this wait is
 
     async def close(self) -> None:
         """Flush, then leave the broker; later sends raise ``AlreadyClosedError``."""
         if self.closed:
             return
-        with contextlib.suppress(StripeMQError):
+        with contextlib.suppress(StripeMQError, TimeoutError):
             if self.attached:
                 async with asyncio.timeout(self.client.operation_timeout_s):
                     await self.flush()
@@ -584,6 +622,22 @@ class Producer(ConnectionHandler, SendApi):
         self.client.forget(self)
 
 
+def _chain_future(source: asyncio.Future[MessageId], target: asyncio.Future[MessageId]) -> None:
+    """Settle ``target`` as ``source`` settles."""
+
+    def copy(f: asyncio.Future[MessageId]) -> None:
+        if target.done():
+            return
+        if f.cancelled():
+            target.cancel()
+        elif f.exception() is not None:
+            target.set_exception(f.exception())  # type: ignore[arg-type]
+        else:
+            target.set_result(f.result())
+
+    source.add_done_callback(copy)
+
+
 def _ids_of(
     ledger: int, entry: int, partition: int, pending: _PendingEntry, topic: str
 ) -> list[MessageId]:
@@ -592,8 +646,27 @@ def _ids_of(
         ledger = entry = -1
     count = len(pending.futures)
     if not pending.built.batched:
-        return [MessageId(ledger, entry, partition, -1, 0, topic)]
-    return [MessageId(ledger, entry, partition, i, count, topic) for i in range(count)]
+        return [
+            MessageId(
+                ledger_id=ledger,
+                entry_id=entry,
+                partition=partition,
+                batch_index=-1,
+                batch_size=0,
+                topic=topic,
+            )
+        ]
+    return [
+        MessageId(
+            ledger_id=ledger,
+            entry_id=entry,
+            partition=partition,
+            batch_index=i,
+            batch_size=count,
+            topic=topic,
+        )
+        for i in range(count)
+    ]
 
 
 def _now_ms() -> int:
@@ -644,8 +717,11 @@ class PartitionedProducer(SendApi):
     def choose(self, message: OutgoingMessage) -> Producer:
         count = len(self.producers)
         if self.config.message_router is not None:
-            index = self.config.message_router(message, count)
-            if not 0 <= index < count:
+            try:
+                index = self.config.message_router(message.as_message(self.topic_name), count)
+            except Exception as exc:  # the application's router
+                raise InvalidConfigurationError(f"message router failed: {exc!r}") from exc
+            if not isinstance(index, int) or not 0 <= index < count:
                 raise InvalidConfigurationError(f"message router chose partition {index}")
             return self.producers[index]
         return self.producers[self._router.choose(message.partition_key, count)]
@@ -663,6 +739,11 @@ class PartitionedProducer(SendApi):
         if self.closed:
             raise AlreadyClosedError(f"producer on {self.topic_name} is closed")
         return self.choose(message).send_message_nowait(message)
+
+    def send_message_in_line(self, message: OutgoingMessage) -> asyncio.Future[MessageId]:
+        if self.closed:
+            raise AlreadyClosedError(f"producer on {self.topic_name} is closed")
+        return self.choose(message).send_message_in_line(message)
 
     def last_sequence_id(self) -> int:
         return max(p.last_sequence_id() for p in self.producers)

@@ -21,6 +21,7 @@ class ReceiverQueue:
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._on_taken = on_taken
         self.closed = False
+        self.failure: BaseException | None = None  # why receiving can no longer work
         self.bytes = 0
 
     def __len__(self) -> int:
@@ -49,8 +50,7 @@ class ReceiverQueue:
     def pop_from_thread(self) -> Message | None:
         """The next message, taken from another thread than the loop's (a blocking
         facade); the caller must then have ``notify_taken`` run on the loop."""
-        if self.closed:
-            raise AlreadyClosedError("the consumer is closed")
+        self._check_usable()
         with self._mutating:
             try:
                 return self._items.popleft()  # atomic against the loop's appends
@@ -62,8 +62,7 @@ class ReceiverQueue:
         self._on_taken(message)
 
     def take_nowait(self) -> Message | None:
-        if self.closed:
-            raise AlreadyClosedError("the consumer is closed")
+        self._check_usable()
         return self._take()
 
     async def take(self, timeout_s: float | None = None) -> Message:
@@ -71,8 +70,7 @@ class ReceiverQueue:
         loop = asyncio.get_running_loop()
         deadline = None if timeout_s is None else loop.time() + timeout_s
         while True:
-            if self.closed:
-                raise AlreadyClosedError("the consumer is closed")
+            self._check_usable()
             message = self._take()
             if message is not None:
                 return message
@@ -90,6 +88,11 @@ class ReceiverQueue:
                 if not waiter.done():
                     waiter.cancel()
 
+    def snapshot(self) -> list[Message]:
+        """The queued messages (a copy), for looking at without taking."""
+        with self._mutating:
+            return list(self._items)
+
     def remove_if(self, predicate: Callable[[Message], bool]) -> list[Message]:
         """Drop (without telling ``on_taken``) the messages matching ``predicate``."""
         kept: deque[Message] = deque()
@@ -104,3 +107,15 @@ class ReceiverQueue:
     def close(self) -> None:
         self.closed = True
         self._wake_all()
+
+    def fail(self, error: BaseException) -> None:
+        """Receiving cannot work any more (the consumer gave up reconnecting): waiters and
+        later receivers get ``error`` once what is queued has been taken."""
+        self.failure = error
+        self._wake_all()
+
+    def _check_usable(self) -> None:
+        if self.closed:
+            raise AlreadyClosedError("the consumer is closed")
+        if self.failure is not None and not self._items:
+            raise self.failure

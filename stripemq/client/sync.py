@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import inspect
 import logging
 import re
 import threading
@@ -19,7 +20,7 @@ from stripemq.client.message import Message, MessageId
 from stripemq.client.options import Result
 from stripemq.client.producer import OutgoingMessage, notify_when_done, outgoing_message, result_of
 from stripemq.client.reader import Reader as AsyncReader
-from stripemq.errors import AlreadyClosedError, ProducerQueueIsFullError, StripeMQError
+from stripemq.errors import AlreadyClosedError, StripeMQError
 
 log = logging.getLogger(__name__)
 
@@ -131,11 +132,10 @@ class Producer:
     def _hand_over(self, message: OutgoingMessage, done: Callable[..., Any]) -> None:
         """On the client's thread: queue ``message`` in the producer."""
         try:
-            future = self._impl.send_message_nowait(message)
-        except ProducerQueueIsFullError:  # one partition's share is full: wait for it
-            task = asyncio.get_running_loop().create_task(self._impl.send_message(message))
-            task.add_done_callback(lambda t: _chain(t, done))
-            return
+            if self._blocks:  # in line behind any message still waiting for room
+                future = self._impl.send_message_in_line(message)
+            else:
+                future = self._impl.send_message_nowait(message)
         except StripeMQError as exc:
             done(result_of(exc), None)
             return
@@ -161,7 +161,6 @@ class Consumer:
         self._run = runner
         self._impl = impl
         self._listener = listener
-        self._paused = threading.Event()
         self._resumed = asyncio.Event()
         self._resumed.set()
         self._listener_task: concurrent.futures.Future[None] | None = None
@@ -260,13 +259,6 @@ class Consumer:
             self._executor.shutdown(wait=False)
 
 
-def _chain(task: asyncio.Task[asyncio.Future[MessageId]], done: Callable[..., Any]) -> None:
-    if task.cancelled() or task.exception() is not None:
-        done(result_of(task.exception()), None)
-    else:
-        notify_when_done(task.result(), done)
-
-
 async def _call(function: Callable[[], T]) -> T:
     return function()
 
@@ -297,32 +289,50 @@ class Reader:
         self._run.run(self._impl.close())
 
 
+_SUBSCRIBE = inspect.signature(AsyncClient.subscribe)
+
+
 class Client:
     """A blocking client (``pulsar.Client``): same arguments and methods."""
 
     def __init__(self, service_url: str, **options: Any) -> None:
         self._run = _LoopThread()
+        self._listening: list[Consumer] = []
         try:
             self._impl = self._run.run(_make_client(service_url, options))
         except BaseException:
             self._run.stop()
             raise
 
-    def create_producer(self, topic: str, **options: Any) -> Producer:
-        return Producer(self._run, self._run.run(self._impl.create_producer(topic, **options)))
+    def create_producer(self, topic: str, *args: Any, **options: Any) -> Producer:
+        """Arguments (positional too) as ``pulsar.Client.create_producer``."""
+        impl = self._run.run(self._impl.create_producer(topic, *args, **options))
+        return Producer(self._run, impl)
 
     def subscribe(
         self,
         topic: str | list[str] | re.Pattern[str],
         subscription_name: str,
-        message_listener: Callable[[Consumer, Message], Any] | None = None,
+        *args: Any,
         **options: Any,
     ) -> Consumer:
-        impl = self._run.run(self._impl.subscribe(topic, subscription_name, **options))
-        return Consumer(self._run, impl, message_listener, self._impl.message_listener_threads)
+        """Arguments (positional too) as ``pulsar.Client.subscribe``; a
+        ``message_listener(consumer, message)`` runs on a listener thread."""
+        bound = _SUBSCRIBE.bind(self._impl, topic, subscription_name, *args, **options)
+        arguments = dict(bound.arguments)
+        arguments.pop("self")
+        listener = arguments.pop("message_listener", None)
+        impl = self._run.run(self._impl.subscribe(**arguments))
+        consumer = Consumer(self._run, impl, listener, self._impl.message_listener_threads)
+        if listener is not None:
+            self._listening.append(consumer)
+        return consumer
 
-    def create_reader(self, topic: str, start_message_id: MessageId, **options: Any) -> Reader:
-        impl = self._run.run(self._impl.create_reader(topic, start_message_id, **options))
+    def create_reader(
+        self, topic: str, start_message_id: MessageId, *args: Any, **options: Any
+    ) -> Reader:
+        """Arguments (positional too) as ``pulsar.Client.create_reader``."""
+        impl = self._run.run(self._impl.create_reader(topic, start_message_id, *args, **options))
         return Reader(self._run, impl)
 
     def get_topic_partitions(self, topic: str) -> list[str]:
@@ -334,6 +344,8 @@ class Client:
         try:
             self._run.run(self._impl.close())
         finally:
+            for consumer in self._listening:
+                consumer._stop_listener()
             self._run.stop()
 
     def shutdown(self) -> None:

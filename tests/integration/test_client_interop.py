@@ -392,6 +392,105 @@ def test_batch_index_acks_redeliver_only_the_unacknowledged_part_of_a_batch(
         again.receive(timeout_millis=500)
 
 
+def test_partly_acknowledged_batches_do_not_stall_a_small_receiver_queue(
+    client: smq.Client, topic: str
+) -> None:
+    """Messages of a redelivered batch acknowledged before give their permits back."""
+    consumer = client.subscribe(
+        topic,
+        "sub",
+        consumer_type=smq.ConsumerType.Shared,
+        receiver_queue_size=10,
+        batch_index_ack_enabled=True,
+        negative_ack_redelivery_delay_ms=200,
+    )
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=10)
+    for i in range(50):
+        producer.send_async(f"{i}".encode(), None)
+    producer.flush()
+    acked: set[int] = set()
+    refused: set[int] = set()
+    while len(acked) < 50:
+        message = consumer.receive(timeout_millis=10_000)  # a stall times out here
+        number = int(message.data())
+        if number % 2 == 0 or number in refused:
+            consumer.acknowledge(message)
+            acked.add(number)
+        else:
+            refused.add(number)
+            consumer.negative_acknowledge(message)
+
+
+def test_key_based_batching_spreads_keys_over_key_shared_consumers(
+    client: smq.Client, topic: str
+) -> None:
+    consumers = [
+        client.subscribe(topic, "ks", consumer_type=smq.ConsumerType.KeyShared) for _ in range(2)
+    ]
+    producer = client.create_producer(
+        topic, batching_enabled=True, batching_type=smq.BatchingType.KeyBased
+    )
+    for i in range(200):
+        producer.send_async(f"{i}".encode(), None, partition_key=f"k{i % 10}")
+    producer.flush()
+    owners: dict[str, set[int]] = {}
+    received = 0
+    while received < 200:
+        for number, consumer in enumerate(consumers):
+            try:
+                message = consumer.receive(timeout_millis=100)
+            except TimeoutError:
+                continue
+            owners.setdefault(message.partition_key(), set()).add(number)
+            consumer.acknowledge(message)
+            received += 1
+    assert all(len(o) == 1 for o in owners.values())  # each key on one consumer
+    assert {n for o in owners.values() for n in o} == {0, 1}  # and both get keys
+
+
+def test_a_producer_rides_through_dropped_connections(client: smq.Client, topic: str) -> None:
+    """Connections cut under in-flight single sends: every message is stored (at least
+    once, in order), and the topic keeps taking messages."""
+    producer = client.create_producer(
+        topic, batching_enabled=False, block_if_queue_full=True, max_pending_messages=100
+    )
+    results: list[smq.Result] = []
+    for i in range(1500):
+        producer.send_async(f"{i}".encode(), lambda r, _id: results.append(r))
+        if i % 300 == 150:
+            connection = producer._impl.connection  # cut it, as a network failure would
+            if connection is not None:
+                client._run.loop.call_soon_threadsafe(connection._abort, "test cut")
+    producer.flush()
+    assert results == [smq.Result.Ok] * 1500
+    reader = client.create_reader(topic, smq.MessageId.earliest)
+    numbers = []
+    while reader.has_message_available():
+        numbers.append(int(reader.read_next(timeout_millis=5000).data()))
+    assert sorted(set(numbers)) == list(range(1500))
+    firsts = [n for i, n in enumerate(numbers) if n not in numbers[:i]]
+    assert firsts == list(range(1500))  # resends only repeat, never reorder
+
+
+def test_reader_from_latest_sees_what_comes_after_it(client: smq.Client, topic: str) -> None:
+    producer = client.create_producer(topic)
+    producer.send(b"old")
+    reader = client.create_reader(topic, smq.MessageId.latest)
+    assert not reader.has_message_available()
+    producer.send(b"new")
+    assert reader.has_message_available()
+    assert reader.read_next(timeout_millis=5000).data() == b"new"
+    assert not reader.has_message_available()
+
+
+def test_positional_arguments_follow_the_official_api(client: smq.Client, topic: str) -> None:
+    consumer = client.subscribe(topic, "pos", smq.ConsumerType.Shared)
+    assert consumer._impl.config.consumer_type is smq.ConsumerType.Shared
+    producer = client.create_producer(topic, "named-producer")
+    assert producer.producer_name() == "named-producer"
+    assert smq.MessageId(2, 10, 20, 3).partition() == 2  # partition, ledger, entry, batch
+
+
 def test_batch_receive_and_message_listener(client: smq.Client, topic: str) -> None:
     consumer = client.subscribe(
         topic,

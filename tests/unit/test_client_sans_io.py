@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from stripemq.client.batching import BatchContainer, OutgoingMessage, build_batch, build_single
 from stripemq.client.compression import compress, decompress
 from stripemq.client.consumer import _after, _StartFilter, _unacked_bits
-from stripemq.client.message import Message, MessageId, message_id
+from stripemq.client.message import Message, MessageId
 from stripemq.client.options import HashingScheme, PartitionsRoutingMode
 from stripemq.client.pool import DEFAULT_PORT, ServiceAddresses, parse_service_url
 from stripemq.client.receiver_queue import ReceiverQueue
@@ -577,61 +577,89 @@ def test_invalid_message_error_is_a_client_error() -> None:
 # ---------------------------------------------------------------------------- containers
 
 
-def _out(size: int, seq: int = 0) -> OutgoingMessage:
-    return OutgoingMessage(b"x" * size, sequence_id=seq)
+def _out(size: int, seq: int = 0, key: str | None = None) -> OutgoingMessage:
+    return OutgoingMessage(b"x" * size, sequence_id=seq, partition_key=key)
+
+
+def _add(container: BatchContainer[int], message: OutgoingMessage) -> bool:
+    return container.add(message, message.sequence_id)
+
+
+def _single_batch(container: BatchContainer[int]) -> list[OutgoingMessage]:
+    """The one batch a default container drains (or [] if empty), checking its tokens."""
+    groups = container.drain()
+    if not groups:
+        return []
+    [(messages, tokens)] = groups
+    assert tokens == [m.sequence_id for m in messages]
+    return messages
 
 
 def test_container_is_full_at_max_messages() -> None:
-    container = BatchContainer(max_messages=3, max_bytes=1 << 20)
-    assert container.add(_out(1)) is False
-    assert container.add(_out(1)) is False
+    container: BatchContainer[int] = BatchContainer(max_messages=3, max_bytes=1 << 20)
+    assert _add(container, _out(1)) is False
+    assert _add(container, _out(1)) is False
     assert container.has_room_for(_out(1))
-    assert container.add(_out(1)) is True
+    assert _add(container, _out(1)) is True
     assert len(container) == 3
     assert not container.has_room_for(_out(1))
 
 
 def test_container_is_bounded_by_bytes() -> None:
-    container = BatchContainer(max_messages=100, max_bytes=10)
-    assert container.add(_out(4)) is False
+    container: BatchContainer[int] = BatchContainer(max_messages=100, max_bytes=10)
+    assert _add(container, _out(4)) is False
     assert container.has_room_for(_out(4))
-    assert container.add(_out(4)) is False
+    assert _add(container, _out(4)) is False
     assert container.bytes == 8
     assert not container.has_room_for(_out(4))  # 12 > 10
     assert container.has_room_for(_out(2))  # exactly 10 fits
-    assert container.add(_out(2)) is True  # and then it is full
+    assert _add(container, _out(2)) is True  # and then it is full
 
 
 def test_an_empty_container_takes_an_oversize_message() -> None:
-    container = BatchContainer(max_messages=10, max_bytes=100)
+    container: BatchContainer[int] = BatchContainer(max_messages=10, max_bytes=100)
     big = _out(1000)
     assert container.has_room_for(big)
-    assert container.add(big) is True  # full at once
+    assert _add(container, big) is True  # full at once
     assert not container.has_room_for(_out(1))
-    assert container.drain() == [big]
+    assert _single_batch(container) == [big]
 
 
 def test_a_non_empty_container_refuses_an_oversize_message() -> None:
-    container = BatchContainer(max_messages=10, max_bytes=100)
-    container.add(_out(1))
+    container: BatchContainer[int] = BatchContainer(max_messages=10, max_bytes=100)
+    _add(container, _out(1))
     assert not container.has_room_for(_out(1000))
 
 
 def test_draining_empties_the_container_in_order() -> None:
-    container = BatchContainer(max_messages=5, max_bytes=100)
+    container: BatchContainer[int] = BatchContainer(max_messages=5, max_bytes=100)
     messages = [_out(3, i) for i in range(4)]
     for m in messages:
-        container.add(m)
-    assert container.drain() == messages
+        _add(container, m)
+    assert _single_batch(container) == messages
     assert len(container) == 0 and container.bytes == 0
     assert container.drain() == []
     assert container.has_room_for(_out(100))
 
 
 def test_nonsensical_limits_still_allow_one_message() -> None:
-    container = BatchContainer(max_messages=0, max_bytes=0)
+    container: BatchContainer[int] = BatchContainer(max_messages=0, max_bytes=0)
     assert container.has_room_for(_out(5))
-    assert container.add(_out(5)) is True
+    assert _add(container, _out(5)) is True
+
+
+def test_a_key_based_container_makes_one_batch_per_key_in_order() -> None:
+    container: BatchContainer[int] = BatchContainer(10, 1 << 20, key_based=True)
+    keys = ["a", "b", "a", None, "b", "a"]
+    for i, key in enumerate(keys):
+        _add(container, _out(1, i, key))
+    groups = container.drain()
+    assert [[m.partition_key for m in messages] for messages, _ in groups] == [
+        ["a", "a", "a"],
+        ["b", "b"],
+        [None],
+    ]
+    assert [tokens for _, tokens in groups] == [[0, 2, 5], [1, 4], [3]]
 
 
 @given(
@@ -642,16 +670,16 @@ def test_nonsensical_limits_still_allow_one_message() -> None:
 def test_batches_as_a_producer_makes_them_respect_the_limits(
     max_messages: int, max_bytes: int, sizes: list[int]
 ) -> None:
-    container = BatchContainer(max_messages, max_bytes)
+    container: BatchContainer[int] = BatchContainer(max_messages, max_bytes)
     batches: list[list[OutgoingMessage]] = []
     messages = [_out(size, i) for i, size in enumerate(sizes)]
     for message in messages:
         if not container.has_room_for(message):
-            batches.append(container.drain())
-        if container.add(message):
-            batches.append(container.drain())
+            batches.append(_single_batch(container))
+        if _add(container, message):
+            batches.append(_single_batch(container))
     if len(container):
-        batches.append(container.drain())
+        batches.append(_single_batch(container))
     assert [m for batch in batches for m in batch] == messages
     for batch in batches:
         assert 1 <= len(batch) <= max_messages
@@ -748,14 +776,19 @@ def test_an_empty_tracker_flushes_nothing() -> None:
 
 def test_individual_acks_are_flushed_together_and_forgotten() -> None:
     tracker = AckGroupingTracker(group_time_s=10, max_size=100)
-    tracker.add_individual(MessageId(1, 2))
-    tracker.add_individual(MessageId(1, 3, batch_index=0, batch_size=1))  # its whole entry
-    tracker.add_individual(MessageId(1, 2))  # again
+    tracker.add_individual(MessageId(ledger_id=1, entry_id=2))
+    tracker.add_individual(
+        MessageId(ledger_id=1, entry_id=3, batch_index=0, batch_size=1)
+    )  # its whole entry
+    tracker.add_individual(MessageId(ledger_id=1, entry_id=2))  # again
     assert len(tracker) == 2 and tracker.has_pending
     [command] = tracker.flush(consumer_id=7)
     assert command.consumer_id == 7
     assert command.ack_type == pb.CommandAck.Individual
-    assert sorted(_ids(command)) == [MessageId(1, 2), MessageId(1, 3)]
+    assert sorted(_ids(command)) == [
+        MessageId(ledger_id=1, entry_id=2),
+        MessageId(ledger_id=1, entry_id=3),
+    ]
     assert all(not m.HasField("batch_index") and not m.ack_set for m in command.message_id)
     assert not tracker.has_pending and len(tracker) == 0
     assert tracker.flush(7) == []
@@ -763,31 +796,33 @@ def test_individual_acks_are_flushed_together_and_forgotten() -> None:
 
 def test_cumulative_ack_keeps_the_furthest_position() -> None:
     tracker = AckGroupingTracker(group_time_s=10)
-    tracker.add_cumulative(MessageId(3, 5))
-    tracker.add_cumulative(MessageId(3, 2))
-    tracker.add_cumulative(MessageId(2, 9))
+    tracker.add_cumulative(MessageId(ledger_id=3, entry_id=5))
+    tracker.add_cumulative(MessageId(ledger_id=3, entry_id=2))
+    tracker.add_cumulative(MessageId(ledger_id=2, entry_id=9))
     assert tracker.has_pending
     [command] = tracker.flush(consumer_id=4)
     assert command.ack_type == pb.CommandAck.Cumulative
     assert command.consumer_id == 4
-    assert _ids(command) == [MessageId(3, 5)]
+    assert _ids(command) == [MessageId(ledger_id=3, entry_id=5)]
     assert tracker.flush(4) == []
 
 
 def test_cumulative_and_individual_acks_flush_as_two_commands() -> None:
     tracker = AckGroupingTracker(group_time_s=10)
-    tracker.add_individual(MessageId(1, 9))
-    tracker.add_cumulative(MessageId(1, 5))
+    tracker.add_individual(MessageId(ledger_id=1, entry_id=9))
+    tracker.add_cumulative(MessageId(ledger_id=1, entry_id=5))
     commands = tracker.flush(2)
     assert [c.ack_type for c in commands] == [pb.CommandAck.Cumulative, pb.CommandAck.Individual]
-    assert _ids(commands[0]) == [MessageId(1, 5)]
-    assert _ids(commands[1]) == [MessageId(1, 9)]
+    assert _ids(commands[0]) == [MessageId(ledger_id=1, entry_id=5)]
+    assert _ids(commands[1]) == [MessageId(ledger_id=1, entry_id=9)]
 
 
 def test_partial_batch_acks_are_sent_with_an_ack_set() -> None:
     tracker = AckGroupingTracker(group_time_s=10)
     unacked = [True, False, True, True]
-    tracker.add_batch_index(MessageId(4, 8, 2, 1, 4), unacked)
+    tracker.add_batch_index(
+        MessageId(ledger_id=4, entry_id=8, partition=2, batch_index=1, batch_size=4), unacked
+    )
     unacked[0] = False  # the tracker kept its own copy
     [command] = tracker.flush(9)
     assert command.ack_type == pb.CommandAck.Individual
@@ -800,7 +835,7 @@ def test_partial_batch_acks_are_sent_with_an_ack_set() -> None:
 
 def test_a_later_partial_ack_of_a_batch_replaces_the_earlier_one() -> None:
     tracker = AckGroupingTracker(group_time_s=10)
-    entry = MessageId(1, 1, batch_index=0, batch_size=3)
+    entry = MessageId(ledger_id=1, entry_id=1, batch_index=0, batch_size=3)
     tracker.add_batch_index(entry, [False, True, True])
     tracker.add_batch_index(entry, [False, True, False])
     assert len(tracker) == 1
@@ -811,47 +846,53 @@ def test_a_later_partial_ack_of_a_batch_replaces_the_earlier_one() -> None:
 
 def test_a_whole_entry_ack_supersedes_its_partial_ack() -> None:
     tracker = AckGroupingTracker(group_time_s=10)
-    tracker.add_batch_index(MessageId(1, 1, batch_index=0, batch_size=3), [False, True, True])
-    tracker.add_individual(MessageId(1, 1, batch_index=2, batch_size=3))
+    tracker.add_batch_index(
+        MessageId(ledger_id=1, entry_id=1, batch_index=0, batch_size=3), [False, True, True]
+    )
+    tracker.add_individual(MessageId(ledger_id=1, entry_id=1, batch_index=2, batch_size=3))
     [command] = tracker.flush(1)
     [data] = command.message_id
-    assert MessageId.from_proto(data) == MessageId(1, 1)
+    assert MessageId.from_proto(data) == MessageId(ledger_id=1, entry_id=1)
     assert not data.ack_set
 
 
 def test_pending_acks_mark_arriving_messages_as_duplicates() -> None:
     tracker = AckGroupingTracker(group_time_s=10)
-    tracker.add_cumulative(MessageId(1, 5))
-    tracker.add_individual(MessageId(1, 9))
-    assert tracker.is_duplicate(MessageId(1, 3))
-    assert tracker.is_duplicate(MessageId(1, 5))
-    assert tracker.is_duplicate(MessageId(1, 5, batch_index=3, batch_size=4))
-    assert tracker.is_duplicate(MessageId(0, 100))
-    assert not tracker.is_duplicate(MessageId(1, 6))
-    assert tracker.is_duplicate(MessageId(1, 9))
-    assert tracker.is_duplicate(MessageId(1, 9, batch_index=0, batch_size=2))
-    assert not tracker.is_duplicate(MessageId(2, 0))
+    tracker.add_cumulative(MessageId(ledger_id=1, entry_id=5))
+    tracker.add_individual(MessageId(ledger_id=1, entry_id=9))
+    assert tracker.is_duplicate(MessageId(ledger_id=1, entry_id=3))
+    assert tracker.is_duplicate(MessageId(ledger_id=1, entry_id=5))
+    assert tracker.is_duplicate(MessageId(ledger_id=1, entry_id=5, batch_index=3, batch_size=4))
+    assert tracker.is_duplicate(MessageId(ledger_id=0, entry_id=100))
+    assert not tracker.is_duplicate(MessageId(ledger_id=1, entry_id=6))
+    assert tracker.is_duplicate(MessageId(ledger_id=1, entry_id=9))
+    assert tracker.is_duplicate(MessageId(ledger_id=1, entry_id=9, batch_index=0, batch_size=2))
+    assert not tracker.is_duplicate(MessageId(ledger_id=2, entry_id=0))
     tracker.flush(1)
     # The cumulative position stays known after it is sent; individual acks are gone.
-    assert tracker.is_duplicate(MessageId(1, 4))
-    assert not tracker.is_duplicate(MessageId(1, 9))
+    assert tracker.is_duplicate(MessageId(ledger_id=1, entry_id=4))
+    assert not tracker.is_duplicate(MessageId(ledger_id=1, entry_id=9))
 
 
 def test_partially_acked_batches_are_not_duplicates() -> None:
     tracker = AckGroupingTracker(group_time_s=10)
-    tracker.add_batch_index(MessageId(1, 1, batch_index=0, batch_size=2), [False, True])
-    assert not tracker.is_duplicate(MessageId(1, 1, batch_index=1, batch_size=2))
+    tracker.add_batch_index(
+        MessageId(ledger_id=1, entry_id=1, batch_index=0, batch_size=2), [False, True]
+    )
+    assert not tracker.is_duplicate(MessageId(ledger_id=1, entry_id=1, batch_index=1, batch_size=2))
 
 
 def test_should_flush_once_max_size_acks_wait() -> None:
     tracker = AckGroupingTracker(group_time_s=10, max_size=3)
     assert not tracker.immediate
-    tracker.add_individual(MessageId(1, 1))
-    tracker.add_batch_index(MessageId(1, 2, batch_index=0, batch_size=2), [False, True])
+    tracker.add_individual(MessageId(ledger_id=1, entry_id=1))
+    tracker.add_batch_index(
+        MessageId(ledger_id=1, entry_id=2, batch_index=0, batch_size=2), [False, True]
+    )
     assert not tracker.should_flush()
-    tracker.add_individual(MessageId(1, 1))  # the same entry again: still two
+    tracker.add_individual(MessageId(ledger_id=1, entry_id=1))  # the same entry again: still two
     assert not tracker.should_flush()
-    tracker.add_individual(MessageId(1, 3))
+    tracker.add_individual(MessageId(ledger_id=1, entry_id=3))
     assert tracker.should_flush()
     tracker.flush(1)
     assert not tracker.should_flush()
@@ -860,121 +901,128 @@ def test_should_flush_once_max_size_acks_wait() -> None:
 def test_group_time_zero_means_immediate_acks() -> None:
     tracker = AckGroupingTracker(group_time_s=0, max_size=1000)
     assert tracker.immediate
-    tracker.add_individual(MessageId(1, 1))
+    tracker.add_individual(MessageId(ledger_id=1, entry_id=1))
     assert tracker.should_flush()
     [command] = tracker.flush(1)
-    assert _ids(command) == [MessageId(1, 1)]
+    assert _ids(command) == [MessageId(ledger_id=1, entry_id=1)]
 
 
 def test_reset_forgets_everything_waiting() -> None:
     tracker = AckGroupingTracker(group_time_s=10)
-    tracker.add_cumulative(MessageId(1, 5))
+    tracker.add_cumulative(MessageId(ledger_id=1, entry_id=5))
     tracker.flush(1)
-    tracker.add_cumulative(MessageId(1, 7))
-    tracker.add_individual(MessageId(1, 9))
-    tracker.add_batch_index(MessageId(1, 10, batch_index=0, batch_size=2), [False, True])
+    tracker.add_cumulative(MessageId(ledger_id=1, entry_id=7))
+    tracker.add_individual(MessageId(ledger_id=1, entry_id=9))
+    tracker.add_batch_index(
+        MessageId(ledger_id=1, entry_id=10, batch_index=0, batch_size=2), [False, True]
+    )
     tracker.reset()
     assert not tracker.has_pending and len(tracker) == 0
     assert tracker.flush(1) == []
-    assert not tracker.is_duplicate(MessageId(1, 1))  # the sent position is forgotten too
-    assert not tracker.is_duplicate(MessageId(1, 9))
+    assert not tracker.is_duplicate(
+        MessageId(ledger_id=1, entry_id=1)
+    )  # the sent position is forgotten too
+    assert not tracker.is_duplicate(MessageId(ledger_id=1, entry_id=9))
 
 
 def test_negative_acks_come_due_after_the_delay() -> None:
     tracker = NegativeAckTracker(delay_s=1.0)
     assert tracker.next_deadline() is None and tracker.pop_due(1e9) == []
-    tracker.add(MessageId(1, 1), now=10.0)
-    tracker.add(MessageId(1, 2), now=10.5)
+    tracker.add(MessageId(ledger_id=1, entry_id=1), now=10.0)
+    tracker.add(MessageId(ledger_id=1, entry_id=2), now=10.5)
     assert len(tracker) == 2
     assert tracker.next_deadline() == 11.0
     assert tracker.pop_due(10.99) == []
-    assert tracker.pop_due(11.0) == [MessageId(1, 1)]
+    assert tracker.pop_due(11.0) == [MessageId(ledger_id=1, entry_id=1)]
     assert tracker.next_deadline() == 11.5
-    assert tracker.pop_due(20.0) == [MessageId(1, 2)]
+    assert tracker.pop_due(20.0) == [MessageId(ledger_id=1, entry_id=2)]
     assert len(tracker) == 0 and tracker.next_deadline() is None
 
 
 def test_negative_acks_of_one_batch_redeliver_its_entry_once() -> None:
     tracker = NegativeAckTracker(delay_s=0.5)
-    tracker.add(MessageId(1, 4, batch_index=0, batch_size=3), now=0.0)
-    tracker.add(MessageId(1, 4, batch_index=2, batch_size=3), now=0.0)
+    tracker.add(MessageId(ledger_id=1, entry_id=4, batch_index=0, batch_size=3), now=0.0)
+    tracker.add(MessageId(ledger_id=1, entry_id=4, batch_index=2, batch_size=3), now=0.0)
     assert len(tracker) == 1
     due = tracker.pop_due(1.0)
-    assert due == [MessageId(1, 4)]
+    assert due == [MessageId(ledger_id=1, entry_id=4)]
     assert due[0].batch_index() == -1
 
 
 def test_clearing_negative_acks() -> None:
     tracker = NegativeAckTracker(delay_s=0.0)
-    tracker.add(MessageId(1, 1), now=0.0)
+    tracker.add(MessageId(ledger_id=1, entry_id=1), now=0.0)
     tracker.clear()
     assert len(tracker) == 0 and tracker.pop_due(10.0) == []
 
 
 def test_unacked_messages_expire_after_the_timeout() -> None:
     tracker = UnackedMessageTracker(timeout_s=5.0)
-    tracker.add(MessageId(1, 1), now=0.0)
-    tracker.add(MessageId(1, 2), now=1.0)
+    tracker.add(MessageId(ledger_id=1, entry_id=1), now=0.0)
+    tracker.add(MessageId(ledger_id=1, entry_id=2), now=1.0)
     assert len(tracker) == 2
     assert tracker.pop_expired(4.99) == []
-    assert tracker.pop_expired(5.0) == [MessageId(1, 1)]
+    assert tracker.pop_expired(5.0) == [MessageId(ledger_id=1, entry_id=1)]
     assert tracker.pop_expired(5.5) == []
-    assert tracker.pop_expired(6.0) == [MessageId(1, 2)]
+    assert tracker.pop_expired(6.0) == [MessageId(ledger_id=1, entry_id=2)]
     assert len(tracker) == 0
     assert tracker.pop_expired(100.0) == []
 
 
 def test_removed_messages_do_not_expire() -> None:
     tracker = UnackedMessageTracker(timeout_s=5.0)
-    tracker.add(MessageId(1, 1), now=0.0)
-    tracker.add(MessageId(1, 2), now=0.0)
-    tracker.remove(MessageId(1, 1))
-    tracker.remove(MessageId(7, 7))  # never added: no harm
-    assert tracker.pop_expired(10.0) == [MessageId(1, 2)]
+    tracker.add(MessageId(ledger_id=1, entry_id=1), now=0.0)
+    tracker.add(MessageId(ledger_id=1, entry_id=2), now=0.0)
+    tracker.remove(MessageId(ledger_id=1, entry_id=1))
+    tracker.remove(MessageId(ledger_id=7, entry_id=7))  # never added: no harm
+    assert tracker.pop_expired(10.0) == [MessageId(ledger_id=1, entry_id=2)]
 
 
 def test_a_message_handed_out_again_expires_from_the_second_time() -> None:
     tracker = UnackedMessageTracker(timeout_s=5.0)
-    tracker.add(MessageId(1, 1), now=0.0)
-    tracker.remove(MessageId(1, 1))
-    tracker.add(MessageId(1, 1), now=3.0)
+    tracker.add(MessageId(ledger_id=1, entry_id=1), now=0.0)
+    tracker.remove(MessageId(ledger_id=1, entry_id=1))
+    tracker.add(MessageId(ledger_id=1, entry_id=1), now=3.0)
     assert tracker.pop_expired(5.0) == []
-    assert tracker.pop_expired(8.0) == [MessageId(1, 1)]
+    assert tracker.pop_expired(8.0) == [MessageId(ledger_id=1, entry_id=1)]
 
 
 def test_a_message_tracked_twice_expires_from_the_first_time() -> None:
     tracker = UnackedMessageTracker(timeout_s=5.0)
-    tracker.add(MessageId(1, 1), now=0.0)
-    tracker.add(MessageId(1, 1), now=3.0)
+    tracker.add(MessageId(ledger_id=1, entry_id=1), now=0.0)
+    tracker.add(MessageId(ledger_id=1, entry_id=1), now=3.0)
     assert len(tracker) == 1
-    assert tracker.pop_expired(5.0) == [MessageId(1, 1)]
+    assert tracker.pop_expired(5.0) == [MessageId(ledger_id=1, entry_id=1)]
     assert tracker.pop_expired(8.0) == []
 
 
 def test_batch_messages_are_tracked_by_entry() -> None:
     tracker = UnackedMessageTracker(timeout_s=1.0)
-    tracker.add(MessageId(1, 1, batch_index=0, batch_size=2), now=0.0)
-    tracker.add(MessageId(1, 1, batch_index=1, batch_size=2), now=0.0)
+    tracker.add(MessageId(ledger_id=1, entry_id=1, batch_index=0, batch_size=2), now=0.0)
+    tracker.add(MessageId(ledger_id=1, entry_id=1, batch_index=1, batch_size=2), now=0.0)
     assert len(tracker) == 1
-    tracker.remove(MessageId(1, 1, batch_index=1, batch_size=2))
+    tracker.remove(MessageId(ledger_id=1, entry_id=1, batch_index=1, batch_size=2))
     assert len(tracker) == 0
 
 
 def test_remove_up_to_clears_everything_at_or_before_a_position() -> None:
     tracker = UnackedMessageTracker(timeout_s=5.0)
     for ledger, entry in [(1, 3), (1, 5), (1, 6), (2, 0)]:
-        tracker.add(MessageId(ledger, entry), now=0.0)
-    tracker.add(MessageId(0, 99, batch_index=1, batch_size=2), now=0.0)
-    tracker.remove_up_to(MessageId(1, 5, batch_index=0, batch_size=4))
+        tracker.add(MessageId(ledger_id=ledger, entry_id=entry), now=0.0)
+    tracker.add(MessageId(ledger_id=0, entry_id=99, batch_index=1, batch_size=2), now=0.0)
+    tracker.remove_up_to(MessageId(ledger_id=1, entry_id=5, batch_index=0, batch_size=4))
     assert len(tracker) == 2
-    assert sorted(tracker.pop_expired(5.0)) == [MessageId(1, 6), MessageId(2, 0)]
+    assert sorted(tracker.pop_expired(5.0)) == [
+        MessageId(ledger_id=1, entry_id=6),
+        MessageId(ledger_id=2, entry_id=0),
+    ]
 
 
 def test_remove_all_and_clear() -> None:
     tracker = UnackedMessageTracker(timeout_s=1.0)
     for i in range(5):
-        tracker.add(MessageId(1, i), now=0.0)
-    tracker.remove_all([MessageId(1, 0), MessageId(1, 1)])
+        tracker.add(MessageId(ledger_id=1, entry_id=i), now=0.0)
+    tracker.remove_all([MessageId(ledger_id=1, entry_id=0), MessageId(ledger_id=1, entry_id=1)])
     assert len(tracker) == 3
     tracker.clear()
     assert len(tracker) == 0 and tracker.pop_expired(10.0) == []
@@ -1006,10 +1054,10 @@ def test_unacked_tracker_expires_exactly_what_a_model_says(
             del model[e]
         expired_seen.clear()
         if op == "add":
-            tracker.add(MessageId(1, entry), now)
+            tracker.add(MessageId(ledger_id=1, entry_id=entry), now)
             model.setdefault(entry, now)
         else:
-            tracker.remove(MessageId(1, entry))
+            tracker.remove(MessageId(ledger_id=1, entry_id=entry))
             model.pop(entry, None)
         assert len(tracker) == len(model)
 
@@ -1018,51 +1066,64 @@ def test_unacked_tracker_expires_exactly_what_a_model_says(
 
 
 def test_message_ids_order_by_ledger_then_entry() -> None:
-    ids = [MessageId(2, 0), MessageId(1, 7), MessageId(1, 2), MessageId(3, 0), MessageId(2, 1)]
-    assert sorted(ids) == [
-        MessageId(1, 2),
-        MessageId(1, 7),
-        MessageId(2, 0),
-        MessageId(2, 1),
-        MessageId(3, 0),
+    ids = [
+        MessageId(ledger_id=2, entry_id=0),
+        MessageId(ledger_id=1, entry_id=7),
+        MessageId(ledger_id=1, entry_id=2),
+        MessageId(ledger_id=3, entry_id=0),
+        MessageId(ledger_id=2, entry_id=1),
     ]
-    assert MessageId(1, 9) < MessageId(2, 0)
-    assert MessageId(2, 0) >= MessageId(1, 9)
+    assert sorted(ids) == [
+        MessageId(ledger_id=1, entry_id=2),
+        MessageId(ledger_id=1, entry_id=7),
+        MessageId(ledger_id=2, entry_id=0),
+        MessageId(ledger_id=2, entry_id=1),
+        MessageId(ledger_id=3, entry_id=0),
+    ]
+    assert MessageId(ledger_id=1, entry_id=9) < MessageId(ledger_id=2, entry_id=0)
+    assert MessageId(ledger_id=2, entry_id=0) >= MessageId(ledger_id=1, entry_id=9)
 
 
 def test_a_whole_entry_sorts_after_its_batch_messages() -> None:
-    whole = MessageId(5, 5)
-    batch = [MessageId(5, 5, batch_index=i, batch_size=3) for i in range(3)]
+    whole = MessageId(ledger_id=5, entry_id=5)
+    batch = [MessageId(ledger_id=5, entry_id=5, batch_index=i, batch_size=3) for i in range(3)]
     assert all(m < whole for m in batch)
     assert whole > batch[-1]
     assert sorted([whole, *reversed(batch)]) == [*batch, whole]
-    assert MessageId(5, 4) < batch[0]
-    assert whole < MessageId(5, 6, batch_index=0, batch_size=2)
+    assert MessageId(ledger_id=5, entry_id=4) < batch[0]
+    assert whole < MessageId(ledger_id=5, entry_id=6, batch_index=0, batch_size=2)
 
 
 def test_equality_ignores_topic_and_batch_size() -> None:
-    a = MessageId(1, 2, 0, 3, batch_size=10, topic="persistent://t/n/a")
-    b = MessageId(1, 2, 0, 3, topic="persistent://t/n/b")
+    a = MessageId(
+        ledger_id=1,
+        entry_id=2,
+        partition=0,
+        batch_index=3,
+        batch_size=10,
+        topic="persistent://t/n/a",
+    )
+    b = MessageId(ledger_id=1, entry_id=2, partition=0, batch_index=3, topic="persistent://t/n/b")
     assert a == b and hash(a) == hash(b)
     assert len({a, b}) == 1
     assert a <= b and a >= b
-    assert a != MessageId(1, 2, 1, 3)
-    assert a != MessageId(1, 2, 0, 4)
-    assert a != MessageId(1, 2, 0, -1)
+    assert a != MessageId(ledger_id=1, entry_id=2, partition=1, batch_index=3)
+    assert a != MessageId(ledger_id=1, entry_id=2, partition=0, batch_index=4)
+    assert a != MessageId(ledger_id=1, entry_id=2, partition=0, batch_index=-1)
     assert a != "1:2:0:3"
 
 
 def test_accessors_and_the_official_constructor_order() -> None:
-    mid = message_id(3, 10, 20, 4)  # partition, ledger, entry, batch index
+    mid = MessageId(3, 10, 20, 4)  # partition, ledger, entry, batch index: the official order
     assert (mid.partition(), mid.ledger_id(), mid.entry_id(), mid.batch_index()) == (3, 10, 20, 4)
     official = pulsar.MessageId(3, 10, 20, 4)
     assert MessageId.deserialize(official.serialize()) == mid
 
 
 def test_entry_id_only_and_with_topic() -> None:
-    mid = MessageId(1, 2, 3, 4, batch_size=5, topic="t")
+    mid = MessageId(ledger_id=1, entry_id=2, partition=3, batch_index=4, batch_size=5, topic="t")
     entry = mid.entry_id_only()
-    assert entry == MessageId(1, 2, 3)
+    assert entry == MessageId(ledger_id=1, entry_id=2, partition=3)
     assert entry.batch_index() == -1 and entry.batch_size == 0 and entry.topic == "t"
     moved = mid.with_topic("u")
     assert moved == mid and moved.topic == "u" and moved.batch_size == 5
@@ -1097,7 +1158,7 @@ def test_serialize_round_trips(mid: MessageId, topic: str | None) -> None:
 def test_serialized_ids_interoperate_with_the_official_client(
     partition: int, ledger: int, entry: int, batch_index: int
 ) -> None:
-    ours = MessageId(ledger, entry, partition, batch_index)
+    ours = MessageId(ledger_id=ledger, entry_id=entry, partition=partition, batch_index=batch_index)
     official = pulsar.MessageId(partition, ledger, entry, batch_index)
     assert ours.serialize() == official.serialize()
     theirs = pulsar.MessageId.deserialize(ours.serialize())
@@ -1123,7 +1184,7 @@ def test_serialized_ids_interoperate_with_the_official_client(
 def test_ordering_of_batch_messages_agrees_with_the_official_client(
     a: tuple[int, int, int], b: tuple[int, int, int]
 ) -> None:
-    ours_a, ours_b = MessageId(*a[:2], 0, a[2]), MessageId(*b[:2], 0, b[2])
+    ours_a, ours_b = MessageId(0, *a), MessageId(0, *b)  # the official argument order
     theirs_a, theirs_b = pulsar.MessageId(0, *a), pulsar.MessageId(0, *b)
     assert (ours_a < ours_b) == (theirs_a < theirs_b)
     assert (ours_a == ours_b) == (theirs_a == theirs_b)
@@ -1148,7 +1209,7 @@ def test_earliest_and_latest_are_the_official_sentinels() -> None:
 
 @given(st.integers(0, LONG_MAX - 1), st.integers(0, LONG_MAX - 1), st.integers(-1, 100))
 def test_earliest_sorts_first_and_latest_last(ledger: int, entry: int, batch: int) -> None:
-    mid = MessageId(ledger, entry, -1, batch)
+    mid = MessageId(ledger_id=ledger, entry_id=entry, partition=-1, batch_index=batch)
     assert MessageId.earliest < mid < MessageId.latest
 
 
@@ -1185,50 +1246,58 @@ def _kept(start: _StartFilter, ids: list[MessageId]) -> list[MessageId]:
 
 
 def _batch(ledger: int, entry: int, size: int) -> list[MessageId]:
-    return [MessageId(ledger, entry, -1, i, size) for i in range(size)]
+    return [
+        MessageId(ledger_id=ledger, entry_id=entry, partition=-1, batch_index=i, batch_size=size)
+        for i in range(size)
+    ]
 
 
 def test_start_filter_on_whole_entries() -> None:
-    ids = [MessageId(1, 0), MessageId(1, 1), MessageId(1, 2), MessageId(2, 0)]
-    assert _kept(_StartFilter(MessageId(1, 1), inclusive=True), ids) == ids[1:]
-    assert _kept(_StartFilter(MessageId(1, 1), inclusive=False), ids) == ids[2:]
-    assert _kept(_StartFilter(MessageId(1, 2), inclusive=False), ids) == ids[3:]
-    assert _kept(_StartFilter(MessageId(2, 0), inclusive=False), ids) == []
+    ids = [
+        MessageId(ledger_id=1, entry_id=0),
+        MessageId(ledger_id=1, entry_id=1),
+        MessageId(ledger_id=1, entry_id=2),
+        MessageId(ledger_id=2, entry_id=0),
+    ]
+    assert _kept(_StartFilter(MessageId(ledger_id=1, entry_id=1), inclusive=True), ids) == ids[1:]
+    assert _kept(_StartFilter(MessageId(ledger_id=1, entry_id=1), inclusive=False), ids) == ids[2:]
+    assert _kept(_StartFilter(MessageId(ledger_id=1, entry_id=2), inclusive=False), ids) == ids[3:]
+    assert _kept(_StartFilter(MessageId(ledger_id=2, entry_id=0), inclusive=False), ids) == []
 
 
 def test_start_filter_on_an_entry_that_is_a_batch() -> None:
     ids = [*_batch(1, 0, 2), *_batch(1, 1, 3), *_batch(1, 2, 2)]
     # The start names the whole batch entry: inclusive keeps all of it, exclusive none.
-    assert _kept(_StartFilter(MessageId(1, 1), inclusive=True), ids) == ids[2:]
-    assert _kept(_StartFilter(MessageId(1, 1), inclusive=False), ids) == ids[5:]
+    assert _kept(_StartFilter(MessageId(ledger_id=1, entry_id=1), inclusive=True), ids) == ids[2:]
+    assert _kept(_StartFilter(MessageId(ledger_id=1, entry_id=1), inclusive=False), ids) == ids[5:]
 
 
 def test_start_filter_on_a_message_inside_a_batch() -> None:
-    ids = [*_batch(1, 0, 2), *_batch(1, 1, 4), MessageId(1, 2)]
-    start = MessageId(1, 1, -1, 2, 4)
+    ids = [*_batch(1, 0, 2), *_batch(1, 1, 4), MessageId(ledger_id=1, entry_id=2)]
+    start = MessageId(ledger_id=1, entry_id=1, partition=-1, batch_index=2, batch_size=4)
     assert _kept(_StartFilter(start, inclusive=True), ids) == [
-        MessageId(1, 1, -1, 2, 4),
-        MessageId(1, 1, -1, 3, 4),
-        MessageId(1, 2),
+        MessageId(ledger_id=1, entry_id=1, partition=-1, batch_index=2, batch_size=4),
+        MessageId(ledger_id=1, entry_id=1, partition=-1, batch_index=3, batch_size=4),
+        MessageId(ledger_id=1, entry_id=2),
     ]
     assert _kept(_StartFilter(start, inclusive=False), ids) == [
-        MessageId(1, 1, -1, 3, 4),
-        MessageId(1, 2),
+        MessageId(ledger_id=1, entry_id=1, partition=-1, batch_index=3, batch_size=4),
+        MessageId(ledger_id=1, entry_id=2),
     ]
-    last = MessageId(1, 1, -1, 3, 4)
-    assert _kept(_StartFilter(last, inclusive=False), ids) == [MessageId(1, 2)]
+    last = MessageId(ledger_id=1, entry_id=1, partition=-1, batch_index=3, batch_size=4)
+    assert _kept(_StartFilter(last, inclusive=False), ids) == [MessageId(ledger_id=1, entry_id=2)]
 
 
 def test_start_filter_at_earliest_drops_nothing() -> None:
-    ids = [MessageId(0, 0), *_batch(0, 1, 3), MessageId(5, 5)]
+    ids = [MessageId(ledger_id=0, entry_id=0), *_batch(0, 1, 3), MessageId(ledger_id=5, entry_id=5)]
     assert _kept(_StartFilter(MessageId.earliest, inclusive=True), ids) == ids
     assert _kept(_StartFilter(MessageId.earliest, inclusive=False), ids) == ids
 
 
 def test_start_filter_compares_ledgers_before_entries() -> None:
-    start = _StartFilter(MessageId(2, 5), inclusive=True)
-    assert start.drops(MessageId(1, 99))
-    assert not start.drops(MessageId(3, 0))
+    start = _StartFilter(MessageId(ledger_id=2, entry_id=5), inclusive=True)
+    assert start.drops(MessageId(ledger_id=1, entry_id=99))
+    assert not start.drops(MessageId(ledger_id=3, entry_id=0))
 
 
 @st.composite
@@ -1239,7 +1308,9 @@ def topic_layouts(draw: st.DrawFn) -> tuple[list[list[MessageId]], int, int, str
     entries = []
     for n, size in enumerate(sizes):
         ledger, entry = 10 + n // 3, n % 3
-        entries.append(_batch(ledger, entry, size) if size else [MessageId(ledger, entry)])
+        entries.append(
+            _batch(ledger, entry, size) if size else [MessageId(ledger_id=ledger, entry_id=entry)]
+        )
     e = draw(st.integers(0, len(entries) - 1))
     i = draw(st.integers(0, len(entries[e]) - 1))
     how = draw(st.sampled_from(["message", "entry"]))
@@ -1265,20 +1336,32 @@ def test_a_reader_sees_exactly_the_messages_from_its_start(
 
 
 def test_after_between_entries() -> None:
-    assert _after(MessageId(1, 5), MessageId(1, 4))
-    assert _after(MessageId(2, 0), MessageId(1, 9))
-    assert not _after(MessageId(1, 4), MessageId(1, 5))
-    assert not _after(MessageId(1, 9), MessageId(2, 0))
-    assert _after(MessageId(1, 5), MessageId(1, 4, -1, 2, 3))
+    assert _after(MessageId(ledger_id=1, entry_id=5), MessageId(ledger_id=1, entry_id=4))
+    assert _after(MessageId(ledger_id=2, entry_id=0), MessageId(ledger_id=1, entry_id=9))
+    assert not _after(MessageId(ledger_id=1, entry_id=4), MessageId(ledger_id=1, entry_id=5))
+    assert not _after(MessageId(ledger_id=1, entry_id=9), MessageId(ledger_id=2, entry_id=0))
+    assert _after(
+        MessageId(ledger_id=1, entry_id=5),
+        MessageId(ledger_id=1, entry_id=4, partition=-1, batch_index=2, batch_size=3),
+    )
 
 
 def test_after_within_the_last_entry() -> None:
-    last = MessageId(1, 5)
-    assert not _after(last, MessageId(1, 5))  # the whole entry was seen
-    assert _after(last, MessageId(1, 5, -1, 0, 3))
-    assert _after(last, MessageId(1, 5, -1, 1, 3))
-    assert not _after(last, MessageId(1, 5, -1, 2, 3))  # the batch's last message
-    assert not _after(MessageId(1, 5, -1, 2, 3), MessageId(1, 5, -1, 2, 3))
+    last = MessageId(ledger_id=1, entry_id=5)
+    assert not _after(last, MessageId(ledger_id=1, entry_id=5))  # the whole entry was seen
+    assert _after(
+        last, MessageId(ledger_id=1, entry_id=5, partition=-1, batch_index=0, batch_size=3)
+    )
+    assert _after(
+        last, MessageId(ledger_id=1, entry_id=5, partition=-1, batch_index=1, batch_size=3)
+    )
+    assert not _after(
+        last, MessageId(ledger_id=1, entry_id=5, partition=-1, batch_index=2, batch_size=3)
+    )  # the batch's last message
+    assert not _after(
+        MessageId(ledger_id=1, entry_id=5, partition=-1, batch_index=2, batch_size=3),
+        MessageId(ledger_id=1, entry_id=5, partition=-1, batch_index=2, batch_size=3),
+    )
 
 
 # ========================================================================= receiver queue
@@ -1287,7 +1370,7 @@ def test_after_within_the_last_entry() -> None:
 def _message(n: int, data: bytes = b"x") -> Message:
     return Message(
         _data=data,
-        _message_id=MessageId(1, n),
+        _message_id=MessageId(ledger_id=1, entry_id=n),
         _topic="persistent://public/default/t",
         _properties={},
         _partition_key=None,

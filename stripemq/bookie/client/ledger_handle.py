@@ -198,9 +198,10 @@ class LedgerHandle(ReadHandle):
         if self._error is not None or self._ensemble[slot] != bookie:
             return  # the handle is done, or a late answer from a replaced bookie
         if exc is None:
-            if not op.future.done():
-                op.acked.add(slot)
-                self._complete_in_order()
+            # Counted even if the caller stopped waiting (its future cancelled): the entry
+            # is written all the same, and later entries complete only after it.
+            op.acked.add(slot)
+            self._complete_in_order()
         elif isinstance(exc, LedgerFencedError):
             self._fail_handle(
                 LedgerFencedError(f"ledger {self.ledger_id} was fenced by a recovering client")
