@@ -41,11 +41,14 @@ class _LoopThread:
         )
         self._thread.start()
 
+    def in_loop_thread(self) -> bool:
+        return threading.current_thread() is self._thread
+
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         if self.loop.is_closed():
             coroutine.close()
             raise AlreadyClosedError("the client is closed")
-        if threading.current_thread() is self._thread:
+        if self.in_loop_thread():
             coroutine.close()
             raise RuntimeError("a blocking client call from a client callback would deadlock")
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
@@ -117,7 +120,10 @@ class Producer:
         message = outgoing_message(content, **options)  # bad arguments raise here
         if self._impl.closed:
             raise AlreadyClosedError(f"producer on {self._impl.topic_name} is closed")
-        if not self._room.acquire(blocking=self._blocks):
+        # Never block the client's own thread (a callback sending again): it would wait
+        # for room that only that thread can make.
+        blocking = self._blocks and not self._run.in_loop_thread()
+        if not self._room.acquire(blocking=blocking):
             if callback is not None:
                 callback(Result.ProducerQueueIsFull, None)
             return
