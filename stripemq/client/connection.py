@@ -215,7 +215,10 @@ class ClientConnection:
             if not future.done():
                 future.set_exception(error)
         self._pending.clear()
-        listeners = [*self.producers.values(), *self.consumers.values()]
+        listeners: list[ProducerListener | ConsumerListener] = [
+            *self.producers.values(),
+            *self.consumers.values(),
+        ]
         self.producers.clear()
         self.consumers.clear()
         for listener in listeners:

@@ -108,9 +108,30 @@ class ConsumerBase:
     dead_letters: DeadLetters | None
     closed: bool
 
-    # ----------------------------------------------------------- which consumer
+    # ----------------------------------------------------------- what each kind provides
 
     def _consumer_of(self, target: Message | MessageId) -> TopicConsumer:
+        raise NotImplementedError
+
+    def consumer_name(self) -> str:
+        raise NotImplementedError
+
+    def is_connected(self) -> bool:
+        raise NotImplementedError
+
+    def redeliver_unacknowledged_messages(self) -> None:
+        raise NotImplementedError
+
+    async def seek(self, target: MessageId | int) -> None:
+        raise NotImplementedError
+
+    async def get_last_message_id(self) -> MessageId:
+        raise NotImplementedError
+
+    async def unsubscribe(self) -> None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
         raise NotImplementedError
 
     def _id_of(self, target: Message | MessageId) -> MessageId:
@@ -319,8 +340,8 @@ class TopicConsumer(ConnectionHandler, ConsumerBase):
             meta.keySharedMode = policy.key_shared_mode.value
             meta.allowOutOfOrderDelivery = policy.allow_out_of_order_delivery
             if policy.key_shared_mode is KeySharedMode.Sticky:
-                for start, end in policy.sticky_ranges:
-                    meta.hashRanges.add(start=start, end=end)
+                for first, last in policy.sticky_ranges:
+                    meta.hashRanges.add(start=first, end=last)
         return command
 
     async def attach(self, connection: ClientConnection) -> None:

@@ -14,11 +14,12 @@ from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any, TypeVar
 
+from stripemq.client.batching import OutgoingMessage
 from stripemq.client.client import AnyProducer, AsyncClient
 from stripemq.client.consumer import ConsumerBase
 from stripemq.client.message import Message, MessageId
 from stripemq.client.options import Result
-from stripemq.client.producer import OutgoingMessage, notify_when_done, outgoing_message, result_of
+from stripemq.client.producer import notify_when_done, outgoing_message, result_of
 from stripemq.client.reader import Reader as AsyncReader
 from stripemq.errors import AlreadyClosedError, StripeMQError
 
@@ -199,10 +200,10 @@ class Consumer:
         return self._impl.subscription_name()
 
     def consumer_name(self) -> str:
-        return self._impl.consumer_name()  # type: ignore[attr-defined,no-any-return]
+        return self._impl.consumer_name()
 
     def is_connected(self) -> bool:
-        return self._impl.is_connected()  # type: ignore[attr-defined,no-any-return]
+        return self._impl.is_connected()
 
     def receive(self, timeout_millis: int | None = None) -> Message:
         """The next message; ``TimeoutError`` (``ClientTimeoutError``) after the timeout."""
@@ -236,13 +237,13 @@ class Consumer:
         self._run.run(self._impl.reconsume_later(message, delay, properties))
 
     def redeliver_unacknowledged_messages(self) -> None:
-        self._run.run(_call(self._impl.redeliver_unacknowledged_messages))  # type: ignore[attr-defined]
+        self._run.run(_call(self._impl.redeliver_unacknowledged_messages))
 
     def seek(self, target: MessageId | int) -> None:
-        self._run.run(self._impl.seek(target))  # type: ignore[attr-defined]
+        self._run.run(self._impl.seek(target))
 
     def get_last_message_id(self) -> MessageId:
-        return self._run.run(self._impl.get_last_message_id())  # type: ignore[attr-defined]
+        return self._run.run(self._impl.get_last_message_id())
 
     def pause_message_listener(self) -> None:
         self._run.call(self._resumed.clear)
@@ -251,11 +252,11 @@ class Consumer:
         self._run.call(self._resumed.set)
 
     def unsubscribe(self) -> None:
-        self._run.run(self._impl.unsubscribe())  # type: ignore[attr-defined]
+        self._run.run(self._impl.unsubscribe())
         self._stop_listener()
 
     def close(self) -> None:
-        self._run.run(self._impl.close())  # type: ignore[attr-defined]
+        self._run.run(self._impl.close())
         self._stop_listener()
 
     def _stop_listener(self) -> None:
