@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import inspect
 import json
 import logging
@@ -40,7 +39,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -50,23 +49,13 @@ import pulsar
 import stripemq.client
 import stripemq.client.aio
 from stripemq.testing.bench import percentile, progress
-from stripemq.testing.standalone import StandaloneProcess
+from stripemq.testing.standalone import running_standalone
 
 MESSAGE_BYTES = 1024
 STAMP_BYTES = 20
 PUBLISH_DELAY_MS = 10
 RECEIVE_TIMEOUT_MS = 30_000
 CLIENTS = ("stripemq", "stripemq-aio", "pulsar-client")
-
-
-@contextlib.asynccontextmanager
-async def standalone(base: Path) -> AsyncIterator[str]:
-    process = StandaloneProcess(base / "data")
-    await process.start()
-    try:
-        yield process.service_url
-    finally:
-        process.terminate()
 
 
 def topic_name(kind: str, client: str) -> str:
@@ -441,7 +430,7 @@ async def main() -> None:
     started = time.perf_counter()
     try:
         progress("starting stripemq standalone ...")
-        async with standalone(base) as url:
+        async with running_standalone(base) as url:
             for kind, size in [
                 ("publish", args.messages),
                 ("consume", args.messages),

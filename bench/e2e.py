@@ -38,19 +38,9 @@ import pulsar
 
 from stripemq.testing.bench import bench_cluster, percentile, progress
 from stripemq.testing.broker import BrokerProcess
-from stripemq.testing.standalone import StandaloneProcess
+from stripemq.testing.standalone import running_standalone
 
 MESSAGE_BYTES = 1024
-
-
-@contextlib.asynccontextmanager
-async def standalone(base: Path) -> AsyncIterator[str]:
-    process = StandaloneProcess(base / "data")
-    await process.start()
-    try:
-        yield process.service_url
-    finally:
-        process.terminate()
 
 
 @contextlib.asynccontextmanager
@@ -165,7 +155,7 @@ async def main() -> None:
     pulsar_logger = logging.getLogger("pulsar")
     pulsar_logger.setLevel(logging.WARNING)
     rows: list[dict[str, Any]] = []
-    targets = {"standalone": standalone, "cluster": cluster}
+    targets = {"standalone": running_standalone, "cluster": cluster}
     loop = asyncio.get_running_loop()
     for name in args.targets.split(","):
         base = Path(tempfile.mkdtemp(prefix=f"stripemq-e2e-{name}-"))

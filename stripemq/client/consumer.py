@@ -379,14 +379,6 @@ class TopicConsumer(ConnectionHandler, ConsumerBase):
         self._possible_dead.clear()
         return len(dropped)
 
-    def on_connection_closed(self, connection: ClientConnection) -> None:
-        if connection is self.connection:
-            self.connection_lost()
-
-    def on_closed_by_broker(self) -> None:
-        log.info("%r closed by the broker; reconnecting", self)
-        self.connection_lost()
-
     def failed(self, exc: StripeMQError) -> None:
         """Reconnecting failed for good: receivers get the reason instead of waiting."""
         self.queue.fail(exc)

@@ -113,6 +113,16 @@ class ConnectionHandler:
                 log.info("%s: attach failed (%s); retrying", self.topic_name, exc)
             await backoff.sleep()
 
+    def on_connection_closed(self, connection: ClientConnection) -> None:
+        """The connection went (its listener callback)."""
+        if connection is self.connection:
+            self.connection_lost()
+
+    def on_closed_by_broker(self) -> None:
+        """The broker closed this producer or consumer (an unload, a seek)."""
+        log.info("%r closed by the broker; reconnecting", self)
+        self.connection_lost()
+
     def connection_lost(self) -> None:
         """Detach and start reconnecting in the background."""
         self.connection = None

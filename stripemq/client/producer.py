@@ -337,14 +337,6 @@ class Producer(ConnectionHandler, SendApi):
     def detached(self) -> None:
         self._ready = False
 
-    def on_connection_closed(self, connection: ClientConnection) -> None:
-        if connection is self.connection:
-            self.connection_lost()
-
-    def on_closed_by_broker(self) -> None:
-        log.info("%r closed by the broker; reconnecting", self)
-        self.connection_lost()
-
     def failed(self, exc: StripeMQError) -> None:
         self._fail_all(exc)
 

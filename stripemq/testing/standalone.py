@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from stripemq.testing.ports import free_port
@@ -38,3 +40,14 @@ class StandaloneProcess(ChildProcess):
         """Start and wait until the broker accepts connections."""
         self.spawn()
         await self.wait_listening(self.port, "standalone", timeout)
+
+
+@contextlib.asynccontextmanager
+async def running_standalone(base: Path) -> AsyncIterator[str]:
+    """A standalone under ``base`` for the block; yields its service URL."""
+    process = StandaloneProcess(base / "data")
+    await process.start()
+    try:
+        yield process.service_url
+    finally:
+        process.terminate()
