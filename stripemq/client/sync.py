@@ -26,6 +26,7 @@ from stripemq.errors import AlreadyClosedError, StripeMQError
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+_COALESCE_S = 0.0005
 
 
 class _LoopThread:
@@ -52,17 +53,35 @@ class _LoopThread:
         if self.in_loop_thread():
             coroutine.close()
             raise RuntimeError("a blocking client call from a client callback would deadlock")
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+        return asyncio.run_coroutine_threadsafe(self._after_calls(coroutine), self.loop).result()
+
+    async def _after_calls(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """``coroutine``, after the calls made before it (an ack before a close)."""
+        self._drain()
+        return await coroutine
 
     def call(self, function: Callable[..., Any], *args: Any) -> None:
         """Run ``function`` on the loop soon, without waiting. Calls made while the loop
         is busy are run together, on one wake-up."""
+        self._queue_call(function, args, 0.0)
+
+    def call_coalesced(self, function: Callable[..., Any], *args: Any) -> None:
+        """As ``call``, for bookkeeping that may wait a moment (acks, permits): a busy
+        caller's next calls join the same wake-up of the loop."""
+        self._queue_call(function, args, _COALESCE_S)
+
+    def _queue_call(
+        self, function: Callable[..., Any], args: tuple[Any, ...], delay: float
+    ) -> None:
         if self.loop.is_closed():
             raise AlreadyClosedError("the client is closed")
         self._calls.append((function, args))
         if not self._drain_scheduled:
             self._drain_scheduled = True
-            self.loop.call_soon_threadsafe(self._drain)
+            if delay:
+                self.loop.call_soon_threadsafe(self.loop.call_later, delay, self._drain)
+            else:
+                self.loop.call_soon_threadsafe(self._drain)
 
     def _drain(self) -> None:
         self._drain_scheduled = False  # first: a call appended from now on schedules again
@@ -209,7 +228,7 @@ class Consumer:
         """The next message; ``TimeoutError`` (``ClientTimeoutError``) after the timeout."""
         message = self._impl.queue.pop_from_thread()  # queued already: no hand-off
         if message is not None:
-            self._run.call(self._impl.queue.notify_taken, message)
+            self._run.call_coalesced(self._impl.queue.notify_taken, message)
             return message
         return self._run.run(self._impl.receive(timeout_millis))
 
@@ -220,11 +239,11 @@ class Consumer:
         """Acknowledge (sent grouped, in the background); a message of another topic
         raises here."""
         consumer, message_id = self._impl.ack_target(target)
-        self._run.call(consumer.ack_individual, message_id)
+        self._run.call_coalesced(consumer.ack_individual, message_id)
 
     def acknowledge_cumulative(self, target: Message | MessageId) -> None:
         consumer, message_id = self._impl.cumulative_ack_target(target)
-        self._run.call(consumer.ack_cumulative, message_id)
+        self._run.call_coalesced(consumer.ack_cumulative, message_id)
 
     def negative_acknowledge(self, target: Message | MessageId) -> None:
         consumer, message_id = self._impl.ack_target(target)
