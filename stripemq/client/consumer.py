@@ -297,6 +297,7 @@ class TopicConsumer(ConnectionHandler, ConsumerBase):
         self._seeking = False
         self._active = True
         self._housekeeping: asyncio.Task[None] | None = None
+        self._redelivering: set[asyncio.Task[None]] = set()
         self._last_ack_flush = time.monotonic()
         self.end_of_topic = False
 
@@ -631,6 +632,9 @@ class TopicConsumer(ConnectionHandler, ConsumerBase):
         if dead and self.dead_letters is not None:
             for entry in dead:
                 messages = self._possible_dead.pop(entry)
+                state = self._batches.get(entry.entry_key)
+                if state is not None:  # those of a batch acknowledged already stay here
+                    messages = [m for m in messages if state.unacked[m.message_id().batch_index()]]
                 try:
                     for message in messages:
                         await self.dead_letters.send_to_dead_letter(message)
@@ -667,8 +671,10 @@ class TopicConsumer(ConnectionHandler, ConsumerBase):
                 due = self._nacks.pop_due(now)
                 if self._unacked is not None:
                     due += self._unacked.pop_expired(now)
-                if due:
-                    await self._redeliver(sorted(set(due)))
+                if due:  # dead-lettering may wait on a producer: not in this loop
+                    task = asyncio.get_running_loop().create_task(self._redeliver(sorted(set(due))))
+                    self._redelivering.add(task)
+                    task.add_done_callback(self._redelivering.discard)
             except asyncio.CancelledError:
                 raise
             except Exception:  # a bug here must not stop acks from flowing
@@ -782,6 +788,8 @@ class TopicConsumer(ConnectionHandler, ConsumerBase):
             self._housekeeping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._housekeeping
+        for task in list(self._redelivering):
+            task.cancel()
         connection = self.connection
         self.connection = None
         if connection is not None and not connection.is_closed:

@@ -291,6 +291,41 @@ def test_dead_letter_policy_moves_a_message_after_max_redeliveries(
         consumer.receive(timeout_millis=1000)
 
 
+def test_only_the_unacknowledged_part_of_a_batch_is_dead_lettered(
+    client: smq.Client, topic: str
+) -> None:
+    dlq = client.subscribe(f"{topic}-DLQ", "dlq-sub")
+    consumer = client.subscribe(
+        topic,
+        "sub",
+        consumer_type=smq.ConsumerType.Shared,
+        negative_ack_redelivery_delay_ms=100,
+        dead_letter_policy=smq.ConsumerDeadLetterPolicy(
+            max_redeliver_count=1, dead_letter_topic=f"{topic}-DLQ"
+        ),
+    )
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=4)
+    for i in range(4):
+        producer.send_async(f"{i}".encode(), None)
+    producer.flush()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            message = consumer.receive(timeout_millis=500)
+        except TimeoutError:
+            continue
+        if message.data() in (b"0", b"1"):
+            consumer.acknowledge(message)
+        else:
+            consumer.negative_acknowledge(message)
+        if message.redelivery_count() >= 1 and message.data() == b"3":
+            break
+    dead = sorted(dlq.receive(timeout_millis=10_000).data() for _ in range(2))
+    assert dead == [b"2", b"3"]
+    with pytest.raises(TimeoutError):  # the acknowledged half stayed where it was
+        dlq.receive(timeout_millis=1000)
+
+
 def test_retry_letter_topic_brings_a_message_back_then_dead_letters_it(
     client: smq.Client, topic: str
 ) -> None:
