@@ -74,15 +74,7 @@ class BrokerApp:
     async def _start_over(self) -> None:
         """Stop serving at once (writing nothing), then join again on a new session."""
         try:
-            if self.server is not None:
-                await self.server.stop(abandon=True)
-                self.server = None
-            if self.bk is not None:
-                await self.bk.close()
-                self.bk = None
-            if self.store is not None and self._shared_store is None:
-                await self.store.close()
-                self.store = None
+            await self._release(abandon=True)
             delay = 0.5
             while not self._stopping:
                 try:
@@ -103,9 +95,10 @@ class BrokerApp:
                 await self._restart
         await self._release()
 
-    async def _release(self) -> None:
+    async def _release(self, abandon: bool = False) -> None:
+        """Stop the server (``abandon``: writing nothing more), then its clients."""
         if self.server is not None:
-            await self.server.stop()
+            await self.server.stop(abandon=abandon)
             self.server = None
         if self.bk is not None:
             await self.bk.close()

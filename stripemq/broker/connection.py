@@ -398,11 +398,7 @@ class ServerConnection:
                 if body.HasField("start_message_id")
                 else (EARLIEST if initial is InitialPosition.EARLIEST else None)
             )
-            existing = topic.subscriptions.get(body.subscription)
-            if existing is not None and not existing.durable and not existing.consumers:
-                subscription = existing  # a reader back after a seek: keep its position
-            else:
-                subscription = topic.subscribe_non_durable(body.subscription, body.subType, start)
+            subscription = topic.subscribe_non_durable(body.subscription, body.subType, start)
         slot = ConsumerSlot(body.consumer_id, body.consumer_name, body.priority_level)
         consumer = Consumer(slot, self, subscription)
         self.consumers[body.consumer_id] = consumer

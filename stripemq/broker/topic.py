@@ -34,6 +34,7 @@ from stripemq.cursor.non_durable import NonDurableCursor
 from stripemq.cursor.position import Position
 from stripemq.errors import ManagedLedgerError, StripeMQError
 from stripemq.proto import pulsar_api_pb2 as pb
+from stripemq.proto.ack_set import bits_of, words_of
 from stripemq.proto.frames import entry_metadata
 from stripemq.proto.topic_name import TopicName
 
@@ -239,7 +240,7 @@ class Subscription:
                     "%s: batch-index ack of %s with unknown size ignored", self.name, position
                 )
                 continue
-            remaining = _bits_of(message_id.ack_set, size)
+            remaining = bits_of(message_id.ack_set, size)
             done_indexes = [i for i, unacked in enumerate(remaining) if not unacked]
             if self.cursor.ack_batch(position, done_indexes, size):
                 whole.append(position)
@@ -402,7 +403,7 @@ class Subscription:
             # A partly acknowledged batch goes with the bits of what is left (in MESSAGE's
             # ack_set, where clients look), so only that is delivered again.
             bits = self.cursor.state.ack_set(position)
-            ack_set = _words_of(bits.tolist()) if bits is not None else None
+            ack_set = words_of(bits.tolist()) if bits is not None else None
             consumer = self.consumers[delivery.slot.slot_id]
             consumer.sink.send_message(
                 delivery.slot.consumer_id,
@@ -425,24 +426,6 @@ class Subscription:
             for task in (entries, woken):
                 task.cancel()
             self._wake.clear()
-
-
-def _bits_of(words: Iterable[int], size: int) -> list[bool]:
-    """Pulsar's ack set (a Java BitSet as longs) as ``size`` booleans, bit 0 first."""
-    bits: list[bool] = []
-    for word in words:
-        word &= (1 << 64) - 1
-        bits.extend(bool(word >> i & 1) for i in range(64))
-    return (bits + [False] * size)[:size]
-
-
-def _words_of(bits: list[int]) -> list[int]:
-    """Booleans as signed 64-bit words, bit 0 of word 0 first (Java's BitSet.toLongArray)."""
-    words = []
-    for start in range(0, len(bits), 64):
-        word = sum(1 << i for i, bit in enumerate(bits[start : start + 64]) if bit)
-        words.append(word - (1 << 64) if word >= 1 << 63 else word)
-    return words
 
 
 class PersistentTopic:
@@ -517,8 +500,13 @@ class PersistentTopic:
     def subscribe_non_durable(
         self, name: str, sub_type: int, start: Position | None
     ) -> Subscription:
-        """A reader's subscription: an in-memory cursor whose first entry is ``start``."""
-        if name in self.subscriptions:
+        """A reader's subscription: an in-memory cursor whose first entry is ``start``.
+        A reader back under its subscription's name (a seek disconnected it) gets the same
+        subscription, at the position the seek left it."""
+        existing = self.subscriptions.get(name)
+        if existing is not None and not existing.durable and not existing.consumers:
+            return existing
+        if existing is not None:
             raise BrokerError(pb.ConsumerBusy, f"subscription {name} already exists")
         cursor = self.ml.open_non_durable_cursor(name, start)
         subscription = Subscription(self, cursor, sub_type)

@@ -45,6 +45,7 @@ from stripemq.errors import (
     StripeMQError,
 )
 from stripemq.proto import pulsar_api_pb2 as pb
+from stripemq.proto.ack_set import bits_of
 from stripemq.proto.frames import Frame, ProtocolError, decode_batch
 
 if TYPE_CHECKING:
@@ -448,7 +449,7 @@ class TopicConsumer(ConnectionHandler, ConsumerBase):
         count = metadata.num_messages_in_batch
         singles = decode_batch(payload, count)
         words = command.ack_set or command.message_id.ack_set  # older brokers: the latter
-        unacked = _unacked_bits(words, count) if words else None
+        unacked = bits_of(words, count) if words else None
         messages = []
         for index, single in enumerate(singles):
             if unacked is not None and not unacked[index]:
@@ -821,15 +822,6 @@ def _messages_in(metadata: pb.MessageMetadata) -> int:
     if metadata.HasField("num_messages_in_batch"):
         return max(1, metadata.num_messages_in_batch)
     return 1
-
-
-def _unacked_bits(words: Any, count: int) -> list[bool]:
-    bits = []
-    for index in range(count):
-        word = index // 64
-        value = words[word] & ((1 << 64) - 1) if word < len(words) else 0
-        bits.append(bool(value >> (index % 64) & 1))
-    return bits
 
 
 Listener = Callable[[Any, Message], Any]

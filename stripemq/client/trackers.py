@@ -9,16 +9,7 @@ from dataclasses import dataclass, field
 
 from stripemq.client.message import MessageId
 from stripemq.proto import pulsar_api_pb2 as pb
-
-
-def ack_set_words(unacked: list[bool]) -> list[int]:
-    """Pulsar's ack set: a bit per batch message, set while it is still unacknowledged,
-    packed into signed 64-bit words (``BitSet.toLongArray``)."""
-    words = [0] * ((len(unacked) + 63) // 64)
-    for index, remaining in enumerate(unacked):
-        if remaining:
-            words[index // 64] |= 1 << (index % 64)
-    return [w - (1 << 64) if w >= 1 << 63 else w for w in words]
+from stripemq.proto.ack_set import words_of
 
 
 @dataclass
@@ -107,7 +98,7 @@ class AckGroupingTracker:
         for entry, unacked in self._partial.values():
             data = entry.to_proto()
             data.batch_size = len(unacked)
-            data.ack_set.extend(ack_set_words(unacked))
+            data.ack_set.extend(words_of(unacked))
             ids.append(data)
         self._individual.clear()
         self._partial.clear()

@@ -56,6 +56,25 @@ class BrokerProcess(ChildProcess):
 
 
 @contextlib.asynccontextmanager
+async def broker_pair_on_bookies(
+    metadata_url: str, base: Path, settings: dict[str, Any], bookies: int = 3
+) -> AsyncIterator[tuple[BrokerProcess, BrokerProcess]]:
+    """Two broker processes with ``settings`` over ``bookies`` bookie processes; the
+    brokers are SIGKILLed on the way out."""
+    async with BookieCluster(metadata_url, base / "bookies", bookies):
+        pair = (
+            BrokerProcess(metadata_url, base, settings=settings),
+            BrokerProcess(metadata_url, base, settings=settings),
+        )
+        try:
+            await asyncio.gather(*(b.start() for b in pair))
+            yield pair
+        finally:
+            for broker in pair:
+                broker.kill()
+
+
+@contextlib.asynccontextmanager
 async def broker_on_bookies(
     metadata_url: str,
     store: MetadataStore,

@@ -3,21 +3,53 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
+import time
 from collections.abc import Awaitable, Callable
 
 
 async def until(
-    condition: Callable[[], Awaitable[bool]],
+    condition: Callable[[], Awaitable[bool] | bool],
     what: str = "the condition holds",
     *,
     timeout: float = 10.0,
     logs: str = "",
     interval: float = 0.02,
 ) -> None:
-    """Return once ``condition()`` is true; ``AssertionError`` naming ``what`` after ``timeout``."""
+    """Return once ``condition()`` (a plain or a coroutine function) is true;
+    ``AssertionError`` naming ``what`` after ``timeout``."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    while not await condition():
+    while True:
+        held = condition()
+        if inspect.isawaitable(held):
+            held = await held
+        if held:
+            return
         if loop.time() > deadline:
             raise AssertionError(f"timed out waiting until {what}\n{logs}".rstrip())
         await asyncio.sleep(interval)
+
+
+def until_blocking(
+    condition: Callable[[], bool],
+    what: str = "the condition holds",
+    *,
+    timeout: float = 10.0,
+    interval: float = 0.02,
+) -> None:
+    """``until`` for threads without an event loop (blocking clients)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting until {what}")
+        time.sleep(interval)
+
+
+def next_millisecond() -> int:
+    """Wait until the wall clock's millisecond changes (so that what is stamped next gets
+    a later millisecond than what was stamped before); returns the new one."""
+    start = time.time_ns() // 1_000_000
+    while (now := time.time_ns() // 1_000_000) == start:
+        time.sleep(0.0001)
+    return now

@@ -1,13 +1,17 @@
-"""Fixtures of the integration tests: a fresh ZooKeeper namespace and a store on it."""
+"""Fixtures of the integration tests: a fresh ZooKeeper namespace, a store on it, and a
+broker (in this process) over real bookie processes; modules may override ``broker``."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
+from stripemq.broker.server import BrokerServer
 from stripemq.metadata import MetadataStore, create_metadata_store
+from stripemq.testing.broker import broker_on_bookies
 
 
 @pytest.fixture
@@ -23,3 +27,12 @@ async def store(metadata_url: str) -> AsyncIterator[MetadataStore]:
     await s.start()
     yield s
     await s.close()
+
+
+@pytest.fixture
+async def broker(
+    metadata_url: str, store: MetadataStore, tmp_path: Path
+) -> AsyncIterator[BrokerServer]:
+    """A broker with default settings over two bookie processes."""
+    async with broker_on_bookies(metadata_url, store, tmp_path) as server:
+        yield server

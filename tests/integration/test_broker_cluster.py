@@ -10,7 +10,13 @@ import pulsar
 import pytest
 
 from stripemq.metadata import MetadataStore
-from stripemq.testing.broker import BrokerProcess, cluster_service_url, owner_killer, owner_url
+from stripemq.testing.broker import (
+    BrokerProcess,
+    broker_pair_on_bookies,
+    cluster_service_url,
+    owner_killer,
+    owner_url,
+)
 from stripemq.testing.cluster import BookieCluster
 from stripemq.testing.polling import until
 
@@ -30,17 +36,8 @@ async def brokers(
     metadata_url: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> AsyncIterator[tuple[BrokerProcess, BrokerProcess]]:
     settings = {**SETTINGS, "broker_deduplication_enabled": request.param}
-    async with BookieCluster(metadata_url, tmp_path / "bookies", 3):
-        pair = (
-            BrokerProcess(metadata_url, tmp_path, settings=settings),
-            BrokerProcess(metadata_url, tmp_path, settings=settings),
-        )
-        try:
-            await asyncio.gather(*(b.start() for b in pair))
-            yield pair
-        finally:
-            for broker in pair:
-                broker.kill()
+    async with broker_pair_on_bookies(metadata_url, tmp_path, settings) as pair:
+        yield pair
 
 
 def produce_through_a_kill(url: str, topic: str, kill) -> tuple[list[int], list[int]]:  # type: ignore[no-untyped-def]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
@@ -19,7 +18,6 @@ import pytest
 from stripemq.bookie.client import BookKeeper, ClientConfig
 from stripemq.broker.server import BrokerServer
 from stripemq.metadata import MetadataStore
-from stripemq.testing.broker import broker_on_bookies
 from stripemq.testing.cluster import BookieCluster
 
 pytestmark = pytest.mark.integration
@@ -35,14 +33,6 @@ MESSAGES = 12
 class Arrival:
     text: str
     at: float  # time.time() when the consumer got it
-
-
-@pytest.fixture
-async def broker(
-    metadata_url: str, store: MetadataStore, tmp_path: Path
-) -> AsyncIterator[BrokerServer]:
-    async with broker_on_bookies(metadata_url, store, tmp_path) as server:
-        yield server
 
 
 async def in_thread(work, *args):  # type: ignore[no-untyped-def]

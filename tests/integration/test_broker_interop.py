@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from stripemq.broker.service import TopicPolicies
 from stripemq.metadata import MetadataStore
 from stripemq.testing.broker import broker_on_bookies
 from stripemq.testing.cluster import BookieCluster
+from stripemq.testing.polling import next_millisecond
 from stripemq.testing.standalone import StandaloneProcess
 
 pytestmark = pytest.mark.integration
@@ -289,7 +289,7 @@ def reader_and_seek_round(url: str, topic: str) -> dict[str, list[str]]:
         ids = []
         for i in range(20):
             ids.append(producer.send(f"m{i}".encode()))
-            time.sleep(0.003)  # distinct publish times, for the seek by time below
+            next_millisecond()  # distinct publish times, for the seek by time below
 
         def read_all(reader) -> list[str]:  # type: ignore[no-untyped-def]
             got = []

@@ -20,12 +20,11 @@ from stripemq.metadata import MetadataStore
 from stripemq.proto.topic_name import TopicName
 from stripemq.testing.broker import (
     BrokerProcess,
-    broker_on_bookies,
+    broker_pair_on_bookies,
     cluster_service_url,
     owner_killer,
     owner_url,
 )
-from stripemq.testing.cluster import BookieCluster
 from stripemq.testing.polling import until
 
 pytestmark = pytest.mark.integration
@@ -37,14 +36,6 @@ SETTINGS = {
     "managed_ledger_default_ack_quorum": 2,
     "broker_deduplication_enabled": True,
 }
-
-
-@pytest.fixture
-async def broker(
-    metadata_url: str, store: MetadataStore, tmp_path: Path
-) -> AsyncIterator[BrokerServer]:
-    async with broker_on_bookies(metadata_url, store, tmp_path) as server:
-        yield server
 
 
 def official_partitions(url: str, topic: str, keys: list[str]) -> dict[str, int]:
@@ -117,18 +108,8 @@ async def test_producer_and_consumer_follow_a_bundle_unload(broker: BrokerServer
 async def dedup_brokers(
     metadata_url: str, tmp_path: Path
 ) -> AsyncIterator[tuple[BrokerProcess, BrokerProcess]]:
-    settings = SETTINGS
-    async with BookieCluster(metadata_url, tmp_path / "bookies", 3):
-        pair = (
-            BrokerProcess(metadata_url, tmp_path, settings=settings),
-            BrokerProcess(metadata_url, tmp_path, settings=settings),
-        )
-        try:
-            await asyncio.gather(*(b.start() for b in pair))
-            yield pair
-        finally:
-            for b in pair:
-                b.kill()
+    async with broker_pair_on_bookies(metadata_url, tmp_path, SETTINGS) as pair:
+        yield pair
 
 
 TOTAL = 20_000

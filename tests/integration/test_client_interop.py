@@ -19,7 +19,7 @@ import pytest
 import stripemq.client as smq
 from stripemq.client import aio
 from stripemq.client.dead_letter import ORIGIN_MESSAGE_ID, REAL_TOPIC, RECONSUME_TIMES
-from stripemq.testing.polling import until
+from stripemq.testing.polling import next_millisecond, until_blocking
 from stripemq.testing.standalone import StandaloneProcess
 
 pytestmark = pytest.mark.integration
@@ -176,6 +176,25 @@ def test_message_fields_survive_the_round_trip(client: smq.Client, topic: str) -
     assert producer.last_sequence_id() == 0
 
 
+def _receive_in_turn(
+    consumers: list[smq.Consumer], count: int, timeout_s: float = 30
+) -> list[tuple[int, smq.Message]]:
+    """``count`` messages from the consumers taken in turn (each acknowledged), with the
+    index of the consumer that got each."""
+    got: list[tuple[int, smq.Message]] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < count:
+        assert time.monotonic() < deadline, f"only {len(got)} of {count} messages arrived"
+        for number, consumer in enumerate(consumers):
+            try:
+                message = consumer.receive(timeout_millis=100)
+            except TimeoutError:
+                continue
+            consumer.acknowledge(message)
+            got.append((number, message))
+    return got
+
+
 def test_key_shared_keeps_each_key_on_one_consumer(client: smq.Client, topic: str) -> None:
     consumers = [
         client.subscribe(topic, "ks", consumer_type=smq.ConsumerType.KeyShared) for _ in range(2)
@@ -186,20 +205,10 @@ def test_key_shared_keeps_each_key_on_one_consumer(client: smq.Client, topic: st
     producer.flush()
     owner: dict[str, int] = {}
     seen: dict[str, list[int]] = {}
-    total = 0
-    deadline = time.monotonic() + 30
-    while total < 200:
-        assert time.monotonic() < deadline, f"only {total} of 200 messages arrived"
-        for number, consumer in enumerate(consumers):
-            try:
-                message = consumer.receive(timeout_millis=200)
-            except TimeoutError:
-                continue
-            key = message.partition_key()
-            assert owner.setdefault(key, number) == number
-            seen.setdefault(key, []).append(int(message.data()))
-            consumer.acknowledge(message)
-            total += 1
+    for number, message in _receive_in_turn(consumers, 200):
+        key = message.partition_key()
+        assert owner.setdefault(key, number) == number
+        seen.setdefault(key, []).append(int(message.data()))
     assert all(v == sorted(v) for v in seen.values())
     assert len(set(owner.values())) == 2
 
@@ -468,18 +477,8 @@ def test_key_based_batching_spreads_keys_over_key_shared_consumers(
         producer.send_async(f"{i}".encode(), None, partition_key=f"k{i % 10}")
     producer.flush()
     owners: dict[str, set[int]] = {}
-    received = 0
-    deadline = time.monotonic() + 30
-    while received < 200:
-        assert time.monotonic() < deadline, f"only {received} of 200 messages arrived"
-        for number, consumer in enumerate(consumers):
-            try:
-                message = consumer.receive(timeout_millis=100)
-            except TimeoutError:
-                continue
-            owners.setdefault(message.partition_key(), set()).add(number)
-            consumer.acknowledge(message)
-            received += 1
+    for number, message in _receive_in_turn(consumers, 200):
+        owners.setdefault(message.partition_key(), set()).add(number)
     assert all(len(o) == 1 for o in owners.values())  # each key on one consumer
     assert {n for o in owners.values() for n in o} == {0, 1}  # and both get keys
 
@@ -557,7 +556,7 @@ def test_reader_positions_and_seek(client: smq.Client, topic: str) -> None:
     ids = []
     for i in range(10):
         ids.append(producer.send(f"m{i}".encode()))
-        time.sleep(0.003)
+        next_millisecond()  # distinct publish times, for the seek by time below
 
     def read_all(reader: smq.Reader) -> list[str]:
         out = []
@@ -730,15 +729,5 @@ def test_connection_is_reused_and_reconnects(client: smq.Client, topic: str) -> 
     impl = client._impl
     connection = next(iter(impl.pool._connections.values()))
     asyncio.run_coroutine_threadsafe(connection.close(), client._run.loop).result()
-    until_sync(lambda: producer.is_connected(), 10)
+    until_blocking(producer.is_connected, "the producer reconnected")
     producer.send(b"two")
-
-
-def until_sync(condition, timeout: float) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
-
-
-_ = until  # the async helper is used by the cluster tests

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from stripemq.client.batching import BatchContainer, OutgoingMessage, build_batch, build_single
 from stripemq.client.compression import compress, decompress
-from stripemq.client.consumer import _after, _StartFilter, _unacked_bits
+from stripemq.client.consumer import _after, _StartFilter
 from stripemq.client.message import Message, MessageId
 from stripemq.client.options import HashingScheme, PartitionsRoutingMode
 from stripemq.client.pool import DEFAULT_PORT, ServiceAddresses, parse_service_url
@@ -36,7 +36,6 @@ from stripemq.client.trackers import (
     BatchAcks,
     NegativeAckTracker,
     UnackedMessageTracker,
-    ack_set_words,
 )
 from stripemq.errors import (
     CLIENT_ERRORS_BY_SERVER_ERROR,
@@ -66,6 +65,7 @@ from stripemq.errors import (
     client_error_from_server,
 )
 from stripemq.proto import pulsar_api_pb2 as pb
+from stripemq.proto.ack_set import bits_of, words_of
 from stripemq.proto.frames import (
     FrameDecoder,
     ProtocolError,
@@ -707,12 +707,12 @@ def _bits_of(words: list[int]) -> int:
     ],
 )
 def test_ack_set_words_are_java_bitset_long_arrays(unacked: list[bool], words: list[int]) -> None:
-    assert ack_set_words(unacked) == words
+    assert words_of(unacked) == words
 
 
 @given(st.lists(st.booleans(), max_size=300))
 def test_ack_set_bit_i_is_set_while_message_i_is_unacked(unacked: list[bool]) -> None:
-    words = ack_set_words(unacked)
+    words = words_of(unacked)
     assert all(-(2**63) <= w <= LONG_MAX for w in words)  # signed int64, as the proto wants
     assert len(words) <= (len(unacked) + 63) // 64
     assert _bits_of(words) == sum(1 << i for i, u in enumerate(unacked) if u)
@@ -721,16 +721,16 @@ def test_ack_set_bit_i_is_set_while_message_i_is_unacked(unacked: list[bool]) ->
 
 @given(st.lists(st.booleans(), max_size=300))
 def test_unacked_bits_reads_what_ack_set_words_writes(unacked: list[bool]) -> None:
-    assert _unacked_bits(ack_set_words(unacked), len(unacked)) == unacked
+    assert bits_of(words_of(unacked), len(unacked)) == unacked
 
 
 def test_unacked_bits_reads_signed_words_and_missing_words_as_acked() -> None:
-    assert _unacked_bits([-1], 64) == [True] * 64
-    assert _unacked_bits([-(2**63)], 64) == [False] * 63 + [True]
-    assert _unacked_bits([0b101], 3) == [True, False, True]
+    assert bits_of([-1], 64) == [True] * 64
+    assert bits_of([-(2**63)], 64) == [False] * 63 + [True]
+    assert bits_of([0b101], 3) == [True, False, True]
     # Java's BitSet.toLongArray leaves out trailing all-zero words: those are acked.
-    assert _unacked_bits([1], 130) == [True] + [False] * 129
-    assert _unacked_bits([0, 1 << 5], 70) == [False] * 69 + [True]
+    assert bits_of([1], 130) == [True] + [False] * 129
+    assert bits_of([0, 1 << 5], 70) == [False] * 69 + [True]
 
 
 def test_batch_acks_complete_once_every_message_is_acked() -> None:
@@ -830,7 +830,7 @@ def test_partial_batch_acks_are_sent_with_an_ack_set() -> None:
     assert (data.ledgerId, data.entryId, data.partition) == (4, 8, 2)
     assert not data.HasField("batch_index")
     assert data.batch_size == 4
-    assert _unacked_bits(list(data.ack_set), 4) == [True, False, True, True]
+    assert bits_of(list(data.ack_set), 4) == [True, False, True, True]
 
 
 def test_a_later_partial_ack_of_a_batch_replaces_the_earlier_one() -> None:
@@ -841,7 +841,7 @@ def test_a_later_partial_ack_of_a_batch_replaces_the_earlier_one() -> None:
     assert len(tracker) == 1
     [command] = tracker.flush(1)
     [data] = command.message_id
-    assert _unacked_bits(list(data.ack_set), 3) == [False, True, False]
+    assert bits_of(list(data.ack_set), 3) == [False, True, False]
 
 
 def test_a_whole_entry_ack_supersedes_its_partial_ack() -> None:

@@ -23,6 +23,7 @@ from stripemq.cursor.position import Position
 from stripemq.errors import ConfigError
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.frames import encode_entry
+from stripemq.testing.polling import until
 
 
 def p(entry_id: int) -> Position:
@@ -327,13 +328,6 @@ def message(text: str, deliver_at_ms: int | None = None) -> bytes:
     return encode_entry(metadata, text.encode())
 
 
-async def wait_for(condition, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.01)
-
-
 @pytest.mark.parametrize(
     ("sub_type", "delays"),
     [
@@ -358,13 +352,13 @@ async def test_the_subscription_timer_releases_due_entries(sub_type: int, delays
     ml.append(message("now"))
     try:
         if delays:
-            await wait_for(lambda: len(inbox.received) == 1)
+            await until(lambda: len(inbox.received) == 1, "one message arrived", timeout=5)
             assert inbox.received[0][1].endswith(b"now")
-            await wait_for(lambda: len(inbox.received) == 2)
+            await until(lambda: len(inbox.received) == 2, "two messages arrived", timeout=5)
             at, entry = inbox.received[1]
             assert entry.endswith(b"late") and at >= due
         else:
-            await wait_for(lambda: len(inbox.received) == 2)
+            await until(lambda: len(inbox.received) == 2, "two messages arrived", timeout=5)
             assert inbox.received[0][1].endswith(b"late")  # in order, at once
             assert inbox.received[1][0] < due
         await asyncio.sleep(0.1)
@@ -384,6 +378,6 @@ async def test_disabled_delays_deliver_at_once() -> None:
     subscription.flow(consumer, 10)
     ml.append(message("late", time.time_ns() // 1_000_000 + 60_000))
     try:
-        await wait_for(lambda: len(inbox.received) == 1)
+        await until(lambda: len(inbox.received) == 1, "one message arrived", timeout=5)
     finally:
         await subscription.close()
