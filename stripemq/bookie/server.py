@@ -17,7 +17,7 @@ import grpc
 from stripemq.bookie.autorecovery import AutoRecoveryConfig, AutoRecoveryService
 from stripemq.bookie.client.ledger_manager import LedgerManager
 from stripemq.bookie.config import BookieConfig
-from stripemq.bookie.disk import DiskUsagePolicy, fullest_disk
+from stripemq.bookie.disk import fullest_disk
 from stripemq.bookie.metrics import BookieMetrics
 from stripemq.bookie.registration import BookieRegistration
 from stripemq.bookie.storage.engine import AddOp, BookieStorage
@@ -196,7 +196,6 @@ class BookieServer:
         self._monitor: asyncio.Task[None] | None = None
         self.autorecovery: AutoRecoveryService | None = None
         self.gc: GarbageCollector | None = None
-        self._policy = DiskUsagePolicy(config.disk_usage_threshold, config.disk_usage_lwm_threshold)
 
     @property
     def bookie_id(self) -> str:
@@ -233,7 +232,7 @@ class BookieServer:
             port = await self.metrics.serve(self.config.bookie_host, self.config.stats_http_port)
             log.info("bookie metrics on http://%s:%d/metrics", self.config.bookie_host, port)
         usage = await asyncio.to_thread(fullest_disk, self._disk_paths())
-        self.storage.read_only = self._policy.read_only_after(False, usage.fraction)
+        self.storage.disk_usage_checked(usage.fraction)
         self.registration = BookieRegistration(
             self._make_store,
             self.bookie_id,
@@ -329,9 +328,9 @@ class BookieServer:
             await asyncio.sleep(interval)
             try:
                 usage = await asyncio.to_thread(fullest_disk, self._disk_paths())
-                # The journal may also have turned us read-only on ENOSPC; reconcile both.
-                read_only = self._policy.read_only_after(self.storage.read_only, usage.fraction)
-                self.storage.read_only = read_only
+                # Storage weighs this against its other reasons (a full journal, a failed
+                # checkpoint); the registration follows whatever it concludes.
+                read_only = self.storage.disk_usage_checked(usage.fraction)
                 assert self.registration is not None
                 await self.registration.set_read_only(read_only)
             except asyncio.CancelledError:

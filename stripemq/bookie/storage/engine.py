@@ -5,6 +5,9 @@ journal, acknowledge once the journal group is durable. A checkpoint flushes a m
 snapshot to the entry log and index, syncs both, persists the LastLogMark and deletes the
 journals it covers. Start-up replays the journal from the LastLogMark.
 
+A failed checkpoint turns the bookie read-only until a later checkpoint succeeds (the flush
+timer keeps retrying); disk checks cannot end that early (see ``stripemq.bookie.disk``).
+
 Garbage collection drops ledgers deleted from metadata (``drop_ledgers``/``run_gc``) and
 ``compact`` moves the live entries out of mostly dead entry logs. Both change files only on the
 flush thread while holding the flush lock, so they never interleave with a checkpoint.
@@ -27,6 +30,7 @@ from pathlib import Path
 import crc32c
 
 from stripemq.bookie.config import BookieConfig
+from stripemq.bookie.disk import DiskUsagePolicy, ReadOnlyReason, ReadOnlyState
 from stripemq.bookie.storage.deleted import DeletedLedgers
 from stripemq.bookie.storage.entry_log import (
     EntryLogger,
@@ -35,7 +39,7 @@ from stripemq.bookie.storage.entry_log import (
     make_location,
     record_size,
 )
-from stripemq.bookie.storage.files import write_atomically
+from stripemq.bookie.storage.files import make_dirs, write_atomically
 from stripemq.bookie.storage.index import MAX_ENTRY_ID, MAX_MASTER_KEY, LedgerHeader, LedgerIndex
 from stripemq.bookie.storage.journal import (
     JournalRecord,
@@ -173,7 +177,9 @@ class BookieStorage:
             max_file_size=config.journal_max_size_mb * 1024 * 1024,
         )
         self._memtable_limit = config.write_cache_max_size_mb * 1024 * 1024
-        self.read_only = False
+        self.read_only_state = ReadOnlyState(
+            DiskUsagePolicy(config.disk_usage_threshold, config.disk_usage_lwm_threshold)
+        )
         self.entries_added = 0
         self.checkpoints = 0
         self._ledgers: dict[int, LedgerState] = {}
@@ -197,6 +203,31 @@ class BookieStorage:
         # Bumped each time garbage collection drops ledgers from memory: a state loaded from
         # disk while that happened may describe a ledger that is gone, so it is loaded again.
         self._gc_generation = 0
+
+    @property
+    def read_only(self) -> bool:
+        """True while the bookie refuses adds; ``read_only_state`` holds the reasons."""
+        return self.read_only_state.read_only
+
+    @read_only.setter
+    def read_only(self, short_of_space: bool) -> None:
+        # Assigning records the disks' verdict (what the disk monitor used to assign); a
+        # failed checkpoint still holds the bookie read-only until a checkpoint succeeds.
+        self._change_read_only(lambda: self.read_only_state.set_space_verdict(short_of_space))
+
+    def disk_usage_checked(self, usage: float) -> bool:
+        """Apply a disk check's usage (0..1) of the fullest disk; returns ``read_only``."""
+        self._change_read_only(lambda: self.read_only_state.disk_checked(usage))
+        return self.read_only
+
+    def _change_read_only(self, change: Callable[[], None]) -> None:
+        """Apply ``change`` to the read-only state and log the bookie turning either way."""
+        was = self.read_only
+        change()
+        if self.read_only and not was:
+            log.error("bookie turns read-only: %s", self.read_only_state.describe())
+        elif was and not self.read_only:
+            log.warning("bookie is writable again")
 
     @property
     def ledger_count(self) -> int:
@@ -248,7 +279,7 @@ class BookieStorage:
         self._flush_io.shutdown(wait=True)
 
     def _open_and_replay(self) -> None:
-        self.ledger_dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.ledger_dir)
         self.deleted = DeletedLedgers.load(self.ledger_dir)
         self.entry_log.open()
         # A ledger without an index file was garbage-collected (or never flushed: its bytes in
@@ -388,7 +419,7 @@ class BookieStorage:
         if self._closed:
             raise BookieShuttingDownError("bookie is shutting down")
         if self.read_only:
-            raise BookieReadOnlyError("bookie is read-only (disk usage over threshold)")
+            raise BookieReadOnlyError(f"bookie is read-only ({self.read_only_state.describe()})")
 
     # ------------------------------------------------------------------ writes
 
@@ -507,9 +538,7 @@ class BookieStorage:
         try:
             await self.journal.append(data)
         except DiskFullError:
-            if not self.read_only:
-                log.error("journal disk full: bookie turns read-only")
-                self.read_only = True
+            self._change_read_only(self.read_only_state.disk_full)
             raise
 
     def _check_open(self) -> None:
@@ -631,13 +660,14 @@ class BookieStorage:
             # while the thread still runs, a later flush queues behind it on _flush_io.
             self._dirty_headers |= dirty
             self.memtable.restore_snapshot()
-            if isinstance(exc, Exception) and not self.read_only:
-                log.error("checkpoint failed (%s): bookie turns read-only", exc)
-                self.read_only = True
+            if isinstance(exc, Exception):
+                log.error("checkpoint failed (%s); read-only until a checkpoint succeeds", exc)
+                self._change_read_only(self.read_only_state.checkpoint_failed)
             raise
         self.memtable.drop_snapshot()
         self._mark = mark
         self.checkpoints += 1
+        self._change_read_only(self.read_only_state.checkpoint_succeeded)
         await loop.run_in_executor(self._flush_io, self.journal.delete_before, mark.journal_id)
         self._flushed.set()
         self._flushed = asyncio.Event()
@@ -701,7 +731,8 @@ class BookieStorage:
                 return
             except TimeoutError:
                 pass
-            if self.memtable.active_bytes or self._dirty_headers:
+            failed = ReadOnlyReason.CHECKPOINT_FAILED in self.read_only_state.reasons
+            if failed or self.memtable.active_bytes or self._dirty_headers:
                 await self._flush_in_background()
 
     # ------------------------------------------------------------------ garbage collection

@@ -27,6 +27,7 @@ import crc32c
 from stripemq.bookie.storage.files import (
     create_with_header,
     fsync_dir,
+    make_dirs,
     pread_exact,
     write_all,
     write_atomically,
@@ -162,7 +163,7 @@ class EntryLogger:
 
     def open(self) -> None:
         """Load (or rebuild) every finished log's metadata, then start a new log."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.directory)
         ids = self.log_ids()
         for stray in self.directory.glob("*.meta"):
             try:

@@ -15,6 +15,31 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def make_dirs(directory: Path) -> list[Path]:
+    """Create ``directory`` and any missing ancestors durably; returns those it created.
+
+    A directory's name lives in its parent, so each one created has its parent fsynced:
+    otherwise a crash could lose the directory, and every file synced inside it with it.
+    Blocking: call it off the event loop.
+    """
+    missing: list[Path] = []
+    path = directory
+    while not path.is_dir() and path.parent != path:
+        missing.append(path)
+        path = path.parent
+    created = []
+    for path in reversed(missing):
+        try:
+            os.mkdir(path)
+            created.append(path)
+        except FileExistsError:
+            if not path.is_dir():
+                raise
+            # Made by someone else just now: their parent sync may not have happened yet.
+        fsync_dir(path.parent)
+    return created
+
+
 def write_atomically(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` so a crash leaves either the old or the new content."""
     tmp = path.with_name(path.name + ".tmp")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import crc32c
 
-from stripemq.bookie.storage.files import fsync_dir, pread_exact, write_atomically
+from stripemq.bookie.storage.files import fsync_dir, make_dirs, pread_exact, write_atomically
 from stripemq.errors import DigestMismatchError
 
 HEADER_SIZE = 256
@@ -210,7 +210,7 @@ class LedgerIndex:
         if create and not path.exists():
             # Made whole under another name, then renamed: a crash never leaves an index
             # file without its header.
-            path.parent.mkdir(parents=True, exist_ok=True)
+            make_dirs(path.parent)
             write_atomically(path, LedgerHeader().encode())
         fd = os.open(path, flags)
         self._fds[ledger_id] = fd

@@ -4,7 +4,9 @@ Every add, fence, master key and explicit LAC is appended here and made durable 
 acknowledged. One ``fdatasync`` covers every record that arrived within
 ``max_group_wait_ms`` (or until ``buffered_writes_threshold`` bytes are waiting); while one
 sync is on the disk the next group gathers. Writes and syncs run on one dedicated thread so
-they keep their order and never block the event loop.
+they keep their order and never block the event loop. No waiter of a group is resolved
+before that group's sync has returned: the sync function (``JournalWriter.sync_file``,
+``os.fdatasync`` by default) is the single point every acknowledgement waits behind.
 
 Record: ``length:u32 | crc32c:u32 | type:u8 | ledger_id:u64 | body`` where the CRC and the
 length cover everything after the CRC. A torn or corrupt record ends the replay of its file.
@@ -18,14 +20,14 @@ import errno
 import logging
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import crc32c
 
-from stripemq.bookie.storage.files import create_with_header, write_all
+from stripemq.bookie.storage.files import create_with_header, make_dirs, write_all
 from stripemq.errors import BookieError, DiskFullError
 
 log = logging.getLogger(__name__)
@@ -140,8 +142,17 @@ class _Group:
     first_at: float = 0.0
 
 
+# Makes a descriptor's written data durable (``os.fdatasync``); runs on the journal thread
+# and raises ``OSError`` on failure.
+SyncFile = Callable[[int], None]
+
+
 class JournalWriter:
-    """Appends records and resolves each append's future once it is durable."""
+    """Appends records and resolves each append's future once it is durable.
+
+    ``sync_file`` makes each group durable; it is a plain attribute, read for every group, so
+    an embedding process (or a test holding acknowledgements back) may swap it at run time.
+    """
 
     def __init__(
         self,
@@ -151,12 +162,14 @@ class JournalWriter:
         buffered_writes_threshold: int,
         sync_data: bool,
         max_file_size: int,
+        sync_file: SyncFile = os.fdatasync,
     ) -> None:
         self.directory = directory
         self.max_group_wait = max_group_wait_ms / 1000.0
         self.threshold = buffered_writes_threshold
         self.sync_data = sync_data
         self.max_file_size = max_file_size
+        self.sync_file = sync_file
         self.fsync_count = 0
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="journal")
         self._group = _Group()
@@ -177,10 +190,7 @@ class JournalWriter:
 
     async def open(self) -> None:
         """Start a fresh journal file after every existing one."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        existing = list_journals(self.directory)
-        next_id = (existing[-1] + 1) if existing else 1
-        await asyncio.get_running_loop().run_in_executor(self._io, self._new_file, next_id)
+        await asyncio.get_running_loop().run_in_executor(self._io, self._open_first_file)
         self._task = asyncio.create_task(self._run(), name="journal-writer")
 
     def append(self, record: bytes) -> asyncio.Future[LogMark]:
@@ -279,6 +289,12 @@ class JournalWriter:
 
     # ------------------------------------------------------------------ writer thread
 
+    def _open_first_file(self) -> None:
+        """Create the directory if need be and open the file after every existing one."""
+        make_dirs(self.directory)
+        existing = list_journals(self.directory)
+        self._new_file((existing[-1] + 1) if existing else 1)
+
     def _new_file(self, journal_id: int) -> None:
         """Switch to a fresh journal file; the current one stays in use if this fails."""
         path = journal_path(self.directory, journal_id)
@@ -302,7 +318,7 @@ class JournalWriter:
             self._offset += len(buf)
             self._written = LogMark(self._journal_id, self._offset)
             if self.sync_data:
-                os.fdatasync(self._fd)
+                self.sync_file(self._fd)
                 self.fsync_count += 1
             return self._written
         except OSError as exc:
