@@ -11,6 +11,7 @@ import asyncio
 import functools
 import os
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 ZK_TIMEOUT_MS = 3000  # bookies and auto-recovery: a SIGKILLed process is noticed this fast
 WAIT = 45.0  # deadline for recovery to finish
+PROBE_LEDGER = 10**12  # no such ledger: a worker that takes it just drops it from the queue
 
 
 @pytest.fixture
@@ -244,7 +246,13 @@ async def test_auditor_reelected_after_sigkill_catches_missed_loss(
         record = await queue.get(ledger_id)
         assert record is not None and record.lost_bookies == {victim}
         expected = {ledger_id} | ({other_id} if victim in other_ensemble else set())
-        await asyncio.sleep(0.5)
+        # The audit that marked it checked every ledger: once it has finished, nothing more
+        # is marked for this loss.
+        await until(
+            lambda: _audit_marked(candidate),
+            "the marking audit finishes",
+            logs=candidate.tail_log(),
+        )
         assert set(await queue.ledger_ids()) == expected
 
 
@@ -262,7 +270,9 @@ async def test_worker_killed_holding_a_lock(
         finally:
             await writer.close()  # the writer is gone; the ledger stays open
         # The first worker waits long for the (gone) writer, holding the lock meanwhile.
-        stuck = recovery_processes(open_ledger_rereplication_grace_period_s=600)
+        stuck = recovery_processes(
+            open_ledger_rereplication_grace_period_s=600, replication_workers=1
+        )
         await stuck.start()
         victim = ensemble[0]
         cluster.by_address(victim).kill()
@@ -274,7 +284,15 @@ async def test_worker_killed_holding_a_lock(
         )
         rescuer = recovery_processes(open_ledger_rereplication_grace_period_s=0.5)
         await rescuer.start()
-        await asyncio.sleep(1.0)
+        # A probe only the rescuer's worker is free to take (the stuck one's only worker is
+        # busy): once it leaves the queue, the rescuer has been through the queue, the
+        # locked ledger in it, and left that ledger alone.
+        await queue.mark_under_replicated(PROBE_LEDGER, [victim])
+        await until(
+            lambda: _unqueued(queue, PROBE_LEDGER),
+            "the rescuer takes the probe",
+            logs=rescuer.tail_log(),
+        )
         assert await queue.lock_owner(ledger_id) == stuck.instance_id
         stuck.kill()
         await until(
@@ -322,6 +340,16 @@ async def test_autorecovery_inside_bookies(
 
 async def _queued(queue: UnderReplicationManager) -> bool:
     return bool(await queue.ledger_ids())
+
+
+async def _unqueued(queue: UnderReplicationManager, ledger_id: int) -> bool:
+    return not await queue.is_under_replicated(ledger_id)
+
+
+def _audit_marked(proc: AutoRecoveryProcess) -> bool:
+    """Whether an audit by ``proc`` has finished having marked a ledger (its log says so)."""
+    pattern = rf"audit by {re.escape(proc.instance_id)}: [1-9]\d* ledgers newly marked"
+    return re.search(pattern, proc.log_path.read_text(errors="replace")) is not None
 
 
 async def _auditor_is(store: MetadataStore, instance_id: str) -> bool:

@@ -39,23 +39,30 @@ async def in_thread(work, *args):  # type: ignore[no-untyped-def]
     return await asyncio.get_running_loop().run_in_executor(None, work, *args)
 
 
-def receive_all(consumer: pulsar.Consumer, count: int, deadline: float) -> list[Arrival]:
-    """Receive and acknowledge until ``count`` messages came (or the deadline passed),
-    then a little longer: anything more is a duplicate."""
+END = b"end"  # sent last, due after every other message
+
+
+def send_end(producer: pulsar.Producer, due: dict[str, float | None]) -> None:
+    """The end marker: due just after the last delayed message (Exclusive: at once). The
+    tracker releases what is due first, so a duplicate of any message comes before it."""
+    last = max(t for t in due.values() if t is not None)
+    producer.send(END, deliver_at=int((last + 0.1) * 1000))
+
+
+def receive_all(consumer: pulsar.Consumer, deadline: float) -> list[Arrival]:
+    """Receive and acknowledge until the end marker: everything that came before it."""
     got: list[Arrival] = []
-    while len(got) < count and time.time() < deadline:
+    while (remaining_ms := int((deadline - time.time()) * 1000)) > 0:
         try:
-            message = consumer.receive(timeout_millis=int((deadline - time.time()) * 1000) + 1)
+            message = consumer.receive(timeout_millis=remaining_ms)
         except pulsar.Timeout:
-            break
-        got.append(Arrival(message.data().decode(), time.time()))
+            continue
+        at = time.time()
         consumer.acknowledge(message)
-    try:
-        extra = consumer.receive(timeout_millis=1000)
-        got.append(Arrival(extra.data().decode(), time.time()))
-    except pulsar.Timeout:
-        pass
-    return got
+        if message.data() == END:
+            return got
+        got.append(Arrival(message.data().decode(), at))
+    raise AssertionError(f"no end marker by the deadline, after {[a.text for a in got]}")
 
 
 def send_mix(producer: pulsar.Producer, prefix: str, count: int) -> dict[str, float | None]:
@@ -97,10 +104,11 @@ def mixed_round(url: str, topic: str) -> tuple[dict[str, float | None], dict[str
         # One thread per consumer: arrival times are taken as messages come, not later.
         with ThreadPoolExecutor(len(consumers)) as pool:
             futures = {
-                kind: pool.submit(receive_all, consumer, MESSAGES, deadline)
+                kind: pool.submit(receive_all, consumer, deadline)
                 for kind, consumer in consumers.items()
             }
             due = send_mix(producer, "m", MESSAGES)
+            send_end(producer, due)
             arrivals = {kind: future.result() for kind, future in futures.items()}
         return due, arrivals
     finally:
@@ -168,8 +176,9 @@ def after_restart(url: str, topic: str, due: dict[str, float | None]) -> list[Ar
     client = pulsar.Client(url, operation_timeout_seconds=10)
     try:
         consumer = client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Shared)
+        send_end(client.create_producer(topic, batching_enabled=False), due)
         deadline = time.time() + RESTART_DELAY_S + TICK_S + SLACK_S + 2
-        return receive_all(consumer, sum(1 for t in due.values() if t is not None), deadline)
+        return receive_all(consumer, deadline)
     finally:
         client.close()
 

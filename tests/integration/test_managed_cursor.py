@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -86,9 +85,18 @@ async def test_snapshots_are_throttled_by_time_and_by_unpersisted_acks(
     cursor.ack([Position(LEDGER, i) for i in (1, 3, 5, 7)])  # four separate holes... one call
     cursor.ack([Position(LEDGER, 9)])
     await snapshots_reach(cursor, 1)  # the fifth unpersisted ack: at once
+    # A witness acknowledged just after, with a 0.3 s interval: once its timer has fired
+    # and its snapshot is written, a snapshot the ack had started (or due within 0.3 s)
+    # would have been written too.
+    witness_config = CursorConfig(snapshot_interval_ms=300, snapshot_max_unpersisted_acks=1000)
+    witness = await ManagedCursor.create(
+        "witness", f"{PATH}-witness", env(store, bk, chain, witness_config), Position(LEDGER, -1)
+    )
     cursor.ack([Position(LEDGER, 11)])
-    await asyncio.sleep(0.3)
+    witness.ack([Position(LEDGER, 1)])
+    await snapshots_reach(witness, 1)
     assert cursor.snapshots == 1  # one ack waits for the interval
+    await witness.close()
     await cursor.close()
 
     config = CursorConfig(snapshot_interval_ms=100, snapshot_max_unpersisted_acks=1000)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -82,7 +83,9 @@ async def _candidates(store: MetadataStore, n: int) -> bool:
 
 async def test_lost_bookie_marks_exactly_its_ledgers(new_store: StoreFactory) -> None:
     store = await new_store()
-    bookies = {b: await register(new_store, b) for b in ("a:1", "b:1", "c:1", "d:1")}
+    # "w" holds no ledger: its loss makes the auditor audit, a witness that marks nothing.
+    names = ("a:1", "b:1", "c:1", "d:1", "w:1")
+    bookies = {b: await register(new_store, b) for b in names}
     lm = LedgerManager(store)
     on_a_closed = await lm.create(ledger(("a:1", "b:1", "c:1"), closed_at=5))
     on_a_later = await lm.create(ledger(("b:1", "c:1", "d:1"), ("a:1", "c:1", "d:1")))
@@ -99,14 +102,17 @@ async def test_lost_bookie_marks_exactly_its_ledgers(new_store: StoreFactory) ->
         # (Like BookieRegistration: the new node first, then the old one goes.)
         await bookies["b:1"].create(f"{READONLY}/b:1", b"{}", ephemeral=True)
         await bookies["b:1"].delete(f"{AVAILABLE}/b:1")
-        await asyncio.sleep(0.3)
+        audits = auditor.audits
+        await bookies["w:1"].close()  # audited with "b" read-only: "b"'s ledgers would be marked
+        await until(lambda: _audits(auditor, audits + 1), "the witness is audited")
         assert await urm.ledger_ids() == []
 
+        audits = auditor.audits
         await bookies["a:1"].close()  # "a" dies: its registration goes with its session
         await until(lambda: _queued(urm, {on_a_closed, on_a_later}))
         record = await urm.get(on_a_later)
         assert record is not None and record.lost_bookies == {"a:1"}
-        await asyncio.sleep(0.3)
+        await until(lambda: _audits(auditor, audits + 1), "the marking audit finishes")
         assert set(await urm.ledger_ids()) == {on_a_closed, on_a_later}
         assert not await urm.is_under_replicated(not_on_a)
     finally:
@@ -132,41 +138,53 @@ async def test_election_catches_bookies_lost_without_an_auditor(new_store: Store
 
 async def test_recovery_delay_spares_a_bookie_that_comes_back(new_store: StoreFactory) -> None:
     store = await new_store()
-    bookies = {b: await register(new_store, b) for b in ("a:1", "b:1", "c:1")}
+    bookies = {b: await register(new_store, b) for b in ("a:1", "b:1", "c:1", "d:1", "e:1")}
     lm = LedgerManager(store)
     ledger_id = await lm.create(ledger(("a:1", "b:1", "c:1"), closed_at=9))
+    # "d" goes with "a" and stays away: once its ledger is marked, the delay has run out for
+    # "a" too, and the auditor has looked.
+    witness = await lm.create(ledger(("d:1", "e:1"), closed_at=9))
     urm = UnderReplicationManager(store)
     auditor = Auditor(store, urm, config(instance_id="auditor", lost_bookie_recovery_delay_s=1.5))
     auditor.start()
+    loop = asyncio.get_running_loop()
     try:
         await until(lambda: _audits(auditor, 1))
         await bookies["a:1"].close()
+        await bookies["d:1"].close()
         await asyncio.sleep(0.5)
         bookies["a:1"] = await register(new_store, "a:1")  # a quick restart
-        await asyncio.sleep(2.0)
+        await until(lambda: urm.is_under_replicated(witness), "the witness is marked")
         assert not await urm.is_under_replicated(ledger_id)
 
+        gone_at = loop.time()
         await bookies["a:1"].close()  # now for good: marked once the delay has passed
-        await asyncio.sleep(0.7)
-        assert not await urm.is_under_replicated(ledger_id)
         await until(lambda: urm.is_under_replicated(ledger_id), timeout=10)
+        assert loop.time() - gone_at >= 1.5, "marked before the delay ran out"
     finally:
         await auditor.stop()
 
 
-async def test_disabled_auditor_marks_nothing_until_enabled(new_store: StoreFactory) -> None:
+async def test_disabled_auditor_marks_nothing_until_enabled(
+    new_store: StoreFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="stripemq.bookie.autorecovery")
     store = await new_store()
-    bookies = {b: await register(new_store, b) for b in ("a:1", "b:1")}
+    bookies = {b: await register(new_store, b) for b in ("a:1", "b:1", "w:1")}
     lm = LedgerManager(store)
     ledger_id = await lm.create(ledger(("a:1", "b:1"), closed_at=1))
     urm = UnderReplicationManager(store)
-    await urm.disable()
     auditor = Auditor(store, urm, config(instance_id="auditor"))
     auditor.start()
     try:
-        await asyncio.wait_for(auditor.elected.wait(), 10)
+        await until(lambda: _audits(auditor, 1))  # it knows the bookies: a loss is logged
+        await urm.disable()
         await bookies["a:1"].close()
-        await asyncio.sleep(0.5)
+        await until(lambda: _logged(caplog, "bookie a:1 is gone"), "the auditor sees it")
+        # The auditor handles one change at a time: once it sees the next one, it is done
+        # with "a"'s.
+        await bookies["w:1"].close()
+        await until(lambda: _logged(caplog, "bookie w:1 is gone"), "the auditor sees the next")
         assert not await urm.is_under_replicated(ledger_id)
         await urm.enable()
         await until(lambda: urm.is_under_replicated(ledger_id))
@@ -208,6 +226,10 @@ async def _names(lm: LedgerManager, ledger_id: int, bookie: str) -> bool:
 
 async def _audits(auditor: Auditor, n: int) -> bool:
     return auditor.audits >= n
+
+
+def _logged(caplog: pytest.LogCaptureFixture, text: str) -> bool:
+    return any(text in record.getMessage() for record in caplog.records)
 
 
 async def _queued(urm: UnderReplicationManager, expected: set[int]) -> bool:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
 from stripemq.bookie.autorecovery.underreplication import (
     DISABLE_PATH,
     UR_LEDGERS,
+    UR_LOCKS,
     UnderReplicationManager,
     lock_path,
     ur_ledger_path,
@@ -20,6 +23,27 @@ from stripemq.testing.polling import until
 pytestmark = pytest.mark.timeout(60)
 
 StoreFactory = Callable[[], Awaitable[MetadataStore]]
+
+
+class ReadSpy:
+    """Counts the reads a store has answered, by method and path: a worker that has read
+    what it decides by, and found nothing to take, is then waiting."""
+
+    def __init__(self, store: MetadataStore) -> None:
+        self.answered: Counter[tuple[str, str]] = Counter()
+        for name in ("children", "exists"):
+            setattr(store, name, self._counting(name, getattr(store, name)))
+
+    def _counting(self, name: str, read: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
+        async def counted(path: str, *args: Any, **kwargs: Any) -> Any:
+            result = await read(path, *args, **kwargs)
+            self.answered[(name, path)] += 1
+            return result
+
+        return counted
+
+    def has_read(self, name: str, path: str) -> bool:
+        return self.answered[(name, path)] > 0
 
 
 def test_paths_are_hierarchical() -> None:
@@ -60,7 +84,8 @@ async def test_mark_merges_and_lists(new_store: StoreFactory) -> None:
 async def test_lock_is_exclusive_and_ephemeral(new_store: StoreFactory) -> None:
     one_store = await new_store()
     one = UnderReplicationManager(one_store, owner="one")
-    two = UnderReplicationManager(await new_store(), owner="two")
+    two_store = await new_store()
+    two = UnderReplicationManager(two_store, owner="two")
     await one.mark_under_replicated(1, ["gone:1"])
 
     record = await one.try_acquire()
@@ -73,8 +98,9 @@ async def test_lock_is_exclusive_and_ephemeral(new_store: StoreFactory) -> None:
     assert await two.locked() == {1}
 
     # The lock goes with its holder's session; the other worker then gets the ledger.
+    reads = ReadSpy(two_store)
     waiting = asyncio.create_task(two.acquire(poll_interval=60))
-    await asyncio.sleep(0.2)
+    await until(lambda: reads.has_read("children", UR_LOCKS), "the worker sees the lock")
     assert not waiting.done()
     await one_store.close()
     taken = await asyncio.wait_for(waiting, 15)
@@ -106,20 +132,24 @@ async def test_mark_replicated_is_conditional_on_version(new_store: StoreFactory
 
 
 async def test_acquire_waits_for_work_on_watches(new_store: StoreFactory) -> None:
-    worker = UnderReplicationManager(await new_store(), owner="worker")
+    worker_store = await new_store()
+    worker = UnderReplicationManager(worker_store, owner="worker")
     auditor = UnderReplicationManager(await new_store(), owner="auditor")
     # A long poll interval: only a watch can wake the worker in time.
+    reads = ReadSpy(worker_store)
     waiting = asyncio.create_task(worker.acquire(poll_interval=600))
-    await asyncio.sleep(0.3)
+    await until(lambda: reads.has_read("children", UR_LEDGERS), "the worker sees the queue")
     assert not waiting.done()
     await auditor.mark_under_replicated(77, ["x:1"])
     record = await asyncio.wait_for(waiting, 10)
     assert record.ledger_id == 77
 
     # Wakes too when a lock it was blocked on is released.
-    other = UnderReplicationManager(await new_store(), owner="other")
+    other_store = await new_store()
+    other = UnderReplicationManager(other_store, owner="other")
+    reads = ReadSpy(other_store)
     waiting = asyncio.create_task(other.acquire(poll_interval=600))
-    await asyncio.sleep(0.3)
+    await until(lambda: reads.has_read("children", UR_LOCKS), "the worker sees the lock")
     assert not waiting.done()
     await worker.release(77)
     record = await asyncio.wait_for(waiting, 10)
@@ -131,7 +161,8 @@ async def test_acquire_waits_for_work_on_watches(new_store: StoreFactory) -> Non
 async def test_disable_stops_workers_until_enabled(new_store: StoreFactory) -> None:
     store = await new_store()
     admin = UnderReplicationManager(store)
-    worker = UnderReplicationManager(await new_store(), owner="worker")
+    worker_store = await new_store()
+    worker = UnderReplicationManager(worker_store, owner="worker")
     await admin.disable()
     await admin.disable()  # idempotent
     assert not await worker.is_enabled()
@@ -139,8 +170,9 @@ async def test_disable_stops_workers_until_enabled(new_store: StoreFactory) -> N
     await admin.mark_under_replicated(9, ["x:1"])
     assert await worker.try_acquire() is None
 
+    reads = ReadSpy(worker_store)
     waiting = asyncio.create_task(worker.acquire(poll_interval=600))
-    await asyncio.sleep(0.3)
+    await until(lambda: reads.has_read("exists", DISABLE_PATH), "the worker sees it disabled")
     assert not waiting.done()
     await admin.enable()
     record = await asyncio.wait_for(waiting, 10)
