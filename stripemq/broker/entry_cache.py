@@ -1,4 +1,10 @@
-"""Recently written entries kept in memory, so tailing readers need not ask the bookies."""
+"""Recently written entries kept in memory, so tailing readers need not ask the bookies.
+
+One ``EntryCacheManager`` per broker holds every topic's cached entries under one byte
+budget (Pulsar's ``managedLedgerCacheSizeMB`` is per broker, not per topic): the least
+recently used entry goes first, whichever topic it belongs to. Each managed ledger sees
+its own part through an ``EntryCache``.
+"""
 
 from __future__ import annotations
 
@@ -6,45 +12,90 @@ from collections import OrderedDict
 
 from stripemq.cursor.position import Position
 
+_Key = tuple["EntryCache", Position]
 
-class EntryCache:
-    """Least-recently-used entries of one managed ledger, bounded in bytes."""
+
+class EntryCacheManager:
+    """The broker-wide least-recently-used entry cache, bounded in bytes."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[Position, bytes] = OrderedDict()
+        self.size = 0
+        self._entries: OrderedDict[_Key, bytes] = OrderedDict()
+        self._caches: dict[str, EntryCache] = {}
+
+    def cache_for(self, name: str) -> EntryCache:
+        """The view of managed ledger ``name`` (made on first use)."""
+        cache = self._caches.get(name)
+        if cache is None:
+            cache = self._caches[name] = EntryCache(self, name)
+        return cache
+
+    def _put(self, cache: EntryCache, position: Position, data: bytes) -> None:
+        if len(data) > self.max_bytes:
+            return
+        key = (cache, position)
+        self._drop(key)
+        self._entries[key] = data
+        cache.size += len(data)
+        cache.positions.add(position)
+        self.size += len(data)
+        while self.size > self.max_bytes:
+            oldest = next(iter(self._entries))
+            self._drop(oldest)
+
+    def _get(self, cache: EntryCache, position: Position) -> bytes | None:
+        key = (cache, position)
+        data = self._entries.get(key)
+        if data is not None:
+            self._entries.move_to_end(key)
+        return data
+
+    def _drop(self, key: _Key) -> None:
+        data = self._entries.pop(key, None)
+        if data is None:
+            return
+        cache = key[0]
+        cache.size -= len(data)
+        cache.positions.discard(key[1])
+        self.size -= len(data)
+
+    def _forget(self, cache: EntryCache) -> None:
+        for position in list(cache.positions):
+            self._drop((cache, position))
+        if self._caches.get(cache.name) is cache:
+            del self._caches[cache.name]
+
+
+class EntryCache:
+    """One managed ledger's entries in the broker-wide cache, with its own hit counts."""
+
+    def __init__(self, manager: EntryCacheManager, name: str) -> None:
+        self.manager = manager
+        self.name = name
+        self.positions: set[Position] = set()
         self.size = 0
         self.hits = 0
         self.misses = 0
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self.positions)
 
     def put(self, position: Position, data: bytes) -> None:
-        if len(data) > self.max_bytes:
-            return
-        old = self._entries.pop(position, None)
-        if old is not None:
-            self.size -= len(old)
-        self._entries[position] = data
-        self.size += len(data)
-        while self.size > self.max_bytes:
-            _, evicted = self._entries.popitem(last=False)
-            self.size -= len(evicted)
+        self.manager._put(self, position, data)
 
     def get(self, position: Position) -> bytes | None:
-        data = self._entries.get(position)
+        data = self.manager._get(self, position)
         if data is None:
             self.misses += 1
-            return None
-        self._entries.move_to_end(position)
-        self.hits += 1
+        else:
+            self.hits += 1
         return data
 
     def invalidate_ledger(self, ledger_id: int) -> None:
-        for position in [p for p in self._entries if p.ledger_id == ledger_id]:
-            self.size -= len(self._entries.pop(position))
+        for position in [p for p in self.positions if p.ledger_id == ledger_id]:
+            self.manager._drop((self, position))
 
     def clear(self) -> None:
-        self._entries.clear()
-        self.size = 0
+        """Drop every entry of this managed ledger (it is closing)."""
+        self.manager._forget(self)

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import quote, unquote
@@ -24,7 +26,7 @@ from urllib.parse import quote, unquote
 from stripemq.bookie.client import BookKeeper
 from stripemq.bookie.client.ledger_handle import LedgerHandle
 from stripemq.bookie.client.reader import ReadHandle
-from stripemq.broker.entry_cache import EntryCache
+from stripemq.broker.entry_cache import EntryCacheManager
 from stripemq.broker.managed_ledger_config import ManagedLedgerConfig
 from stripemq.cursor.ledger_chain import LedgerChain, LedgerInfo
 from stripemq.cursor.managed_cursor import (
@@ -47,13 +49,17 @@ from stripemq.errors import (
     MetadataError,
     NodeExistsError,
     NoSuchLedgerError,
+    StripeMQError,
 )
 from stripemq.metadata import MetadataStore
+from stripemq.retry import Backoff
 
 log = logging.getLogger(__name__)
 
 ROOT = "/stripemq/managed-ledgers"
 HOUSEKEEPING_INTERVAL_S = 5.0
+# How long sealing a ledger by recovery is retried before the rollover gives up.
+RECOVERY_DEADLINE_S = 30.0
 
 
 class InitialPosition(enum.Enum):
@@ -67,6 +73,18 @@ class InitialPosition(enum.Enum):
 class Entry:
     position: Position
     data: bytes
+
+
+@dataclass(eq=False)
+class _QueuedAdd:
+    """An append waiting for (or on its way to) a ledger."""
+
+    data: bytes
+    future: asyncio.Future[Position]
+
+    def fail(self, error: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(error)
 
 
 @dataclass
@@ -123,13 +141,14 @@ class ManagedLedgerFactory:
         self.config = config or ManagedLedgerConfig()
         self.config.validate()
         self.ledgers: dict[str, ManagedLedger] = {}
+        self.cache = EntryCacheManager(self.config.cache_size_bytes)  # one for all topics
 
     async def open(self, name: str, *, create: bool = True) -> ManagedLedger:
         """Open (taking it over from any previous owner), creating it if asked."""
         existing = self.ledgers.get(name)
         if existing is not None and not existing.closed:
             return existing
-        ml = ManagedLedger(name, self.store, self.bk, self.config)
+        ml = ManagedLedger(name, self.store, self.bk, self.config, self.cache)
         await ml.open(create=create)
         self.ledgers[name] = ml
         ml.on_close = lambda: self.ledgers.pop(name, None)
@@ -162,7 +181,12 @@ class ManagedLedger:
     """One topic's ledgers and cursors, owned by this process while open."""
 
     def __init__(
-        self, name: str, store: MetadataStore, bk: BookKeeper, config: ManagedLedgerConfig
+        self,
+        name: str,
+        store: MetadataStore,
+        bk: BookKeeper,
+        config: ManagedLedgerConfig,
+        cache: EntryCacheManager | None = None,
     ) -> None:
         self.name = name
         self.path = managed_ledger_path(name)
@@ -181,7 +205,9 @@ class ManagedLedger:
             password=config.password,
             on_persisted=self._cursor_persisted,
         )
-        self.cache = EntryCache(config.cache_size_bytes)
+        if cache is None:  # on its own (tests): a budget of its own
+            cache = EntryCacheManager(config.cache_size_bytes)
+        self.cache = cache.cache_for(name)
         self.entries_added = 0
         self.closed = False
         self.fenced = False
@@ -192,6 +218,7 @@ class ManagedLedger:
         self._pushed_bytes = 0  # handed to the current ledger
         self._ledger_created = time.monotonic()
         self._rolling: asyncio.Future[None] | None = None
+        self._queued: deque[_QueuedAdd] = deque()  # appends not yet handed to a ledger
         self._readers: dict[int, ReadHandle] = {}
         self._waiters: list[asyncio.Future[None]] = []
         self._trim_lock = asyncio.Lock()
@@ -249,9 +276,7 @@ class ManagedLedger:
         for info in list(self.chain):
             if not info.closed:
                 try:
-                    reader = await self.bk.open_ledger(
-                        info.ledger_id, password=self.config.password, recovery=True
-                    )
+                    info.entries, info.size = await self._recover_ledger(info.ledger_id)
                 except NoSuchLedgerError:
                     if info.entries:
                         raise ManagedLedgerError(
@@ -259,15 +284,8 @@ class ManagedLedger:
                         ) from None
                     self.chain.remove(info.ledger_id)  # created, never written, then lost
                     continue
-                except BookieError as exc:
-                    raise ManagedLedgerError(
-                        f"cannot recover ledger {info.ledger_id} of {self.name}: {exc}"
-                    ) from exc
-                info.entries = reader.last_add_confirmed + 1
-                info.size = reader.length
                 info.closed = True
                 info.closed_ms = now_ms()
-                await reader.close()
             if info.entries == 0:
                 self.chain.remove(info.ledger_id)
                 empty.append(info.ledger_id)
@@ -310,51 +328,91 @@ class ManagedLedger:
     def last_confirmed(self) -> Position:
         return self.chain.last_confirmed()
 
-    async def add_entry(self, data: bytes) -> Position:
-        """Append an entry; its position once ``Qa`` bookies hold it."""
+    def add_entry_async(self, data: bytes) -> asyncio.Future[Position]:
+        """Queue an append; its future gives the position once ``Qa`` bookies hold it.
+
+        Appends are stored, and their futures completed, in the order of the calls, across
+        rollovers too: while a new ledger is being made, appends wait in a queue and go to
+        it in that order (Pulsar's pendingAddEntries). Raises at once if the managed ledger
+        is closed, fenced or the entry too large.
+        """
         self._check_writable()
         if len(data) > self.config.max_entry_bytes:
             raise ManagedLedgerError(
                 f"entry of {len(data)} bytes exceeds {self.config.max_entry_bytes}"
             )
-        while self._rolling is not None or self._needs_new_ledger():
-            if self._rolling is None:
-                self._rolling = asyncio.ensure_future(self._rollover())
-            await asyncio.shield(self._rolling)
-            self._check_writable()
-        handle = self._handle
-        assert handle is not None
-        info = self.chain.get(handle.ledger_id)
-        assert info is not None
-        future = handle.add_entry_async(data)
-        self._pushed_bytes += len(data)
-        # The append completes (and is accounted for) even if the caller is cancelled:
-        # the entry goes to the bookies regardless, and later appends queue behind it.
-        return await asyncio.shield(
-            asyncio.ensure_future(self._complete_add(handle, info, future, data))
-        )
+        future: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
+        self._queued.append(_QueuedAdd(data, future))
+        self._push_queued()
+        return future
 
-    async def _complete_add(
-        self, handle: LedgerHandle, info: LedgerInfo, future: asyncio.Future[int], data: bytes
-    ) -> Position:
-        try:
-            entry_id = await future
-        except LedgerFencedError:
+    async def add_entry(self, data: bytes) -> Position:
+        """Append an entry; its position once ``Qa`` bookies hold it. A cancelled caller
+        does not take the entry back: it is on its way and later appends queue behind it."""
+        return await asyncio.shield(self.add_entry_async(data))
+
+    def _push_queued(self) -> None:
+        """Hand queued appends to the current ledger, in order, until one needs a new ledger."""
+        while self._queued and self._rolling is None and not self.fenced:
+            if self._needs_new_ledger():
+                self._start_rollover()
+                return
+            handle = self._handle
+            assert handle is not None
+            info = self.chain.get(handle.ledger_id)
+            assert info is not None
+            op = self._queued[0]
+            try:
+                added = handle.add_entry_async(op.data)
+            except LedgerFencedError:
+                self._mark_fenced()
+                return
+            except BookieError as exc:  # the handle is done: continue in a new ledger
+                log.warning(
+                    "ledger %d of %s takes no more adds: %s", handle.ledger_id, self.name, exc
+                )
+                self._handle_failed = True
+                continue
+            self._queued.popleft()
+            self._pushed_bytes += len(op.data)
+            added.add_done_callback(functools.partial(self._on_added, handle, info, op))
+
+    def _on_added(
+        self, handle: LedgerHandle, info: LedgerInfo, op: _QueuedAdd, added: asyncio.Future[int]
+    ) -> None:
+        """An add completed (the ledger handle calls these in entry order)."""
+        if added.cancelled():
+            op.fail(ManagedLedgerError(f"append to {self.name} was cancelled"))
+            return
+        exc = added.exception()
+        if isinstance(exc, LedgerFencedError):
             self._mark_fenced()
-            raise ManagedLedgerFencedError(
-                f"managed ledger {self.name} was taken over by another owner"
-            ) from None
-        except BookieError as exc:
+            op.fail(self._fenced_error())
+            return
+        if exc is not None:
             if handle is self._handle:
                 self._handle_failed = True  # the next append rolls over to a new ledger
-            raise ManagedLedgerError(f"append to {self.name} failed: {exc}") from exc
+            op.fail(ManagedLedgerError(f"append to {self.name} failed: {exc}"))
+            return
+        entry_id = added.result()
         position = Position(handle.ledger_id, entry_id)
         info.entries = max(info.entries, entry_id + 1)
-        info.size += len(data)
+        info.size += len(op.data)
         self.entries_added += 1
-        self.cache.put(position, data)
+        self.cache.put(position, op.data)
         self._wake_waiters()
-        return position
+        if not op.future.done():
+            op.future.set_result(position)
+
+    def _fail_queued(self, error: StripeMQError) -> None:
+        queued, self._queued = self._queued, deque()
+        for op in queued:
+            op.fail(error)
+
+    def _fenced_error(self) -> ManagedLedgerFencedError:
+        return ManagedLedgerFencedError(
+            f"managed ledger {self.name} was taken over by another owner"
+        )
 
     def _needs_new_ledger(self) -> bool:
         """No usable current ledger, or it is full: counted in entries handed to it, so a
@@ -371,24 +429,33 @@ class ManagedLedger:
         )
         return full and age >= self.config.min_rollover_time_s
 
+    def _start_rollover(self) -> asyncio.Future[None]:
+        if self._rolling is None:
+            self._rolling = asyncio.ensure_future(self._rollover())
+            self._rolling.add_done_callback(self._rollover_done)
+        return self._rolling
+
+    def _rollover_done(self, task: asyncio.Future[None]) -> None:
+        """Queued appends go to the new ledger, or fail with the rollover's error."""
+        self._rolling = None
+        error = None if task.cancelled() else task.exception()
+        if task.cancelled() or error is not None:
+            if isinstance(error, StripeMQError):
+                self._fail_queued(error)
+            else:
+                self._fail_queued(ManagedLedgerError(f"rollover of {self.name} failed: {error}"))
+            return
+        self._push_queued()
+        self._schedule_trim()
+
     async def _rollover(self) -> None:
-        """Close the current ledger and continue in a new one (adds wait meanwhile)."""
+        """Seal the current ledger and continue in a new one (appends queue meanwhile)."""
         try:
             old = self._handle
             if old is not None:
                 info = self.chain.get(old.ledger_id)
                 assert info is not None
-                try:
-                    await old.close()
-                except (LedgerFencedError, ManagedLedgerFencedError):
-                    self._mark_fenced()
-                    raise ManagedLedgerFencedError(f"{self.name} was taken over") from None
-                except (BookieError, MetadataError) as exc:
-                    # Its entries are safe on the bookies; whoever opens it next recovers it.
-                    log.warning("closing ledger %d of %s failed: %s", old.ledger_id, self.name, exc)
-                info.entries = max(info.entries, old.last_add_confirmed + 1)
-                info.closed = True
-                info.closed_ms = now_ms()
+                await self._seal(old, info)
             handle = await self._new_ledger()
             self.chain.add(LedgerInfo(handle.ledger_id, created_ms=now_ms()))
             try:
@@ -406,9 +473,54 @@ class ManagedLedger:
             log.info("managed ledger %s rolled over to ledger %d", self.name, handle.ledger_id)
         except MetadataError as exc:
             raise ManagedLedgerError(f"rollover of {self.name} failed: {exc}") from exc
-        finally:
-            self._rolling = None
-        self._schedule_trim()
+
+    async def _seal(self, handle: LedgerHandle, info: LedgerInfo) -> None:
+        """Close ``handle`` in BookKeeper, then mark it closed in the ledger list.
+
+        If closing fails, the ledger is recovered (fenced and sealed, as a new owner would):
+        a ledger the list calls closed must be closed in BookKeeper too, or readers wait on
+        its LAC for ever.
+        """
+        try:
+            await handle.close()
+        except (LedgerFencedError, ManagedLedgerFencedError):
+            self._mark_fenced()
+            raise self._fenced_error() from None
+        except (BookieError, MetadataError) as exc:
+            log.warning(
+                "closing ledger %d of %s failed (%s): recovering it",
+                handle.ledger_id,
+                self.name,
+                exc,
+            )
+            entries, size = await self._recover_ledger(handle.ledger_id)
+            info.entries, info.size = entries, size
+        else:
+            info.entries = max(info.entries, handle.last_add_confirmed + 1)
+        info.closed = True
+        info.closed_ms = now_ms()
+
+    async def _recover_ledger(self, ledger_id: int) -> tuple[int, int]:
+        """Open ``ledger_id`` with recovery (which fences and seals it); its entry count and
+        length. Retried for a while; raises ``NoSuchLedgerError`` at once if it is gone."""
+        backoff = Backoff(initial=0.05, maximum=1.0, deadline=RECOVERY_DEADLINE_S)
+        while True:
+            try:
+                reader = await self.bk.open_ledger(
+                    ledger_id, password=self.config.password, recovery=True
+                )
+                break
+            except NoSuchLedgerError:
+                raise
+            except (BookieError, MetadataError) as exc:
+                if backoff.expired:
+                    raise ManagedLedgerError(
+                        f"ledger {ledger_id} of {self.name} could not be sealed: {exc}"
+                    ) from exc
+                await backoff.sleep()
+        entries, size = reader.last_add_confirmed + 1, reader.length
+        await reader.close()
+        return entries, size
 
     # ------------------------------------------------------------------ reading
 
@@ -610,8 +722,7 @@ class ManagedLedger:
             await asyncio.sleep(HOUSEKEEPING_INTERVAL_S)
             try:
                 if self._rolling is None and self._handle is not None and self._needs_new_ledger():
-                    self._rolling = asyncio.ensure_future(self._rollover())
-                    await asyncio.shield(self._rolling)
+                    await asyncio.shield(self._start_rollover())
                 await self.trim()
             except ManagedLedgerFencedError:
                 return
@@ -650,6 +761,7 @@ class ManagedLedger:
         self.fenced = True
         for cursor in self.cursors.values():
             cursor.fence()
+        self._fail_queued(self._fenced_error())
         self._wake_waiters()
 
     def abandon(self) -> None:
@@ -657,7 +769,7 @@ class ManagedLedger:
         already own the topic). What was not persisted comes back as redeliveries."""
         if self.closed:
             return
-        self._mark_fenced()  # every cursor refuses from now on
+        self._mark_fenced()  # every cursor refuses from now on, queued appends fail
         self.closed = True
         for task in (self._housekeeping, self._trim_task, self._rolling):
             if task is not None:
@@ -677,6 +789,7 @@ class ManagedLedger:
                 task.cancel()
         if self._rolling is not None:
             await asyncio.gather(self._rolling, return_exceptions=True)
+        self._fail_queued(ManagedLedgerClosedError(f"managed ledger {self.name} is closed"))
         for cursor in list(self.cursors.values()):
             try:
                 await cursor.close()

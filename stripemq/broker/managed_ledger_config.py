@@ -26,7 +26,8 @@ class ManagedLedgerConfig:
     # is under this size; -1 keeps them for ever (defaultRetention{TimeInMinutes,SizeInMB}).
     retention_time_s: float = 0.0
     retention_size_bytes: int = 0
-    # Bytes of recent entries kept in memory for tailing reads (managedLedgerCacheSizeMB).
+    # Bytes of recent entries kept in memory for tailing reads, for all the topics of a
+    # broker together (managedLedgerCacheSizeMB).
     cache_size_bytes: int = 64 * 1024 * 1024
     # Largest entry accepted (the protocol's 5 MiB frame, less headers).
     max_entry_bytes: int = 5 * 1024 * 1024

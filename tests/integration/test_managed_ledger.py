@@ -431,7 +431,9 @@ async def test_acks_during_close_are_refused_and_the_snapshot_stays_whole(
         with pytest.raises(ManagedLedgerClosedError):
             cursor.ack([p[15]])
         await closing
-        await asyncio.sleep(0.3)
+        # Every write of the node goes through the flush lock: this returns after any
+        # snapshot still being written (a closed cursor writes nothing new).
+        await cursor.flush()
         found = await ml.store.get(cursor.path)
         assert found is not None
         info = json.loads(found[0])
@@ -440,3 +442,86 @@ async def test_acks_during_close_are_refused_and_the_snapshot_stays_whole(
         ml = await factory.open(TOPIC)
         again = ml.cursors["sub"]
         assert again.state.holes.count == 7 and not again.is_acked(p[15])
+
+
+async def test_appends_are_stored_and_confirmed_in_call_order_across_rollovers(
+    cluster: BookieCluster, metadata_url: str
+) -> None:
+    """Appends that arrive while a ledger rolls over (before, during and as it finishes)
+    are stored, and their futures completed, in the order they were made."""
+    rng = random.Random(13)
+    async with Owner(
+        metadata_url, replace(TINY, retention_time_s=-1, retention_size_bytes=-1)
+    ) as factory:
+        ml = await factory.open(TOPIC)
+        appends: list[asyncio.Future[Position]] = []
+        completed: list[int] = []
+
+        def start(i: int) -> None:
+            future = asyncio.ensure_future(ml.add_entry(payload(i)))
+            future.add_done_callback(lambda _, i=i: completed.append(i))
+            appends.append(future)
+
+        count = 0
+        for _ in range(120):  # bursts of pipelined appends, with new ones at every turn
+            for _ in range(rng.randint(1, 8)):
+                start(count)
+                count += 1
+            for _ in range(rng.randint(0, 3)):
+                await asyncio.sleep(0)
+        positions = await asyncio.gather(*appends)
+        assert len(set(positions)) == count
+        assert positions == sorted(positions), "stored out of call order"
+        assert completed == list(range(count)), "confirmed out of call order"
+        assert len({p.ledger_id for p in positions}) >= count // 3
+        read = await ml.read_entries(positions[0], count)
+        assert [e.data for e in read] == [payload(i) for i in range(count)]
+
+
+async def test_a_failed_seal_is_recovered_so_the_ledger_is_closed_in_bookkeeper(
+    cluster: BookieCluster, metadata_url: str, store: MetadataStore
+) -> None:
+    """When closing the full ledger fails, the rollover seals it by recovery: the ledger
+    list and BookKeeper agree it is closed, and a reader gets every entry without waiting."""
+    async with Owner(
+        metadata_url, replace(TINY, retention_time_s=-1, retention_size_bytes=-1)
+    ) as factory:
+        ml = await factory.open(TOPIC)
+        first = await append(ml, 3)
+        handle = ml._handle
+        assert handle is not None
+
+        async def failing_close() -> None:
+            from stripemq.errors import BookieError
+
+            raise BookieError("injected: the seal did not reach the metadata store")
+
+        handle.close = failing_close  # type: ignore[method-assign]
+        later = await append(ml, 3, start=3)  # rolls over past the unsealed ledger
+        assert later[0].ledger_id != first[0].ledger_id
+        info = ml.chain.get(first[0].ledger_id)
+        assert info is not None and info.closed and info.entries == 3
+        metadata = await LedgerManager(store).read(first[0].ledger_id)
+        assert metadata[0].is_closed and metadata[0].last_entry_id == 2
+        cursor = await ml.open_cursor("late", InitialPosition.EARLIEST)
+        read = await asyncio.wait_for(ml.read_entries(cursor.read_position, 10), 10)
+        assert [e.data for e in read] == [payload(i) for i in range(6)]
+
+
+async def test_an_append_made_as_the_rollover_finishes_waits_behind_the_queued_ones(
+    cluster: BookieCluster, metadata_url: str
+) -> None:
+    """The moment the new ledger is in place, appends queued during the rollover are not
+    yet in it: one made just then must still go after them."""
+    async with Owner(
+        metadata_url, replace(TINY, retention_time_s=-1, retention_size_bytes=-1)
+    ) as factory:
+        ml = await factory.open(TOPIC)
+        await append(ml, 3)  # the ledger is full: the next append rolls over
+        full = ml.current_ledger_id
+        queued = [asyncio.ensure_future(ml.add_entry(payload(i))) for i in range(3, 6)]
+        while ml.current_ledger_id == full:
+            await asyncio.sleep(0)
+        late = asyncio.ensure_future(ml.add_entry(payload(6)))
+        positions = await asyncio.gather(*queued, late)
+        assert positions == sorted(positions)
