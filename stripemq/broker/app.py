@@ -58,6 +58,7 @@ class BrokerApp:
                     delayed_delivery=self.config.delayed_delivery_config(),
                 ),
                 keepalive_s=self.config.keep_alive_interval_seconds,
+                max_pending_publishes=self.config.max_pending_publish_requests_per_connection,
             )
             await self.server.start()
             self.config.broker_service_port = self.server.port  # 0 picked one

@@ -24,6 +24,9 @@ class BrokerConfig:
     advertised_address: str | None = None
     zk_session_timeout_ms: int = 30_000
     max_message_size: int = 5 * MiB
+    # A connection with this many sends stored but not yet receipted is not read until
+    # half of them are (maxPendingPublishRequestsPerConnection): memory stays bounded.
+    max_pending_publish_requests_per_connection: int = 1000
     # Acknowledge a resent message (producer name + old sequence id) without storing it.
     broker_deduplication_enabled: bool = False
     # Topics that do not exist are created when a client uses them; a partitioned type
@@ -61,6 +64,8 @@ class BrokerConfig:
             raise ConfigError(f"broker_service_port {self.broker_service_port} out of range")
         if self.max_message_size < 1024:
             raise ConfigError("max_message_size must be at least 1024")
+        if self.max_pending_publish_requests_per_connection < 1:
+            raise ConfigError("max_pending_publish_requests_per_connection must be >= 1")
         if self.allow_auto_topic_creation_type not in ("non-partitioned", "partitioned"):
             raise ConfigError("allow_auto_topic_creation_type: non-partitioned or partitioned")
         if self.default_num_partitions < 1:

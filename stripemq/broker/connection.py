@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from google.protobuf.message import Message
 
+from stripemq.broker import limits
 from stripemq.broker.dedup import DupStatus
 from stripemq.broker.dispatch import ConsumerSlot
 from stripemq.broker.managed_ledger import InitialPosition
@@ -22,6 +25,7 @@ from stripemq.broker.topic import BrokerError, Consumer, Producer, Subscription
 from stripemq.cursor.position import Position
 from stripemq.errors import ManagedLedgerError, StripeMQError
 from stripemq.proto import pulsar_api_pb2 as pb
+from stripemq.proto.ack_set import MAX_BATCH_SIZE
 from stripemq.proto.frames import (
     DEFAULT_MAX_MESSAGE_SIZE,
     FRAME_PADDING,
@@ -55,6 +59,15 @@ def start_position(message_id: pb.MessageIdData) -> Position | None:
 
 PROTOCOL_VERSION = 20
 SERVER_VERSION = "stripemq"
+# Sends in flight on one connection before the broker stops reading it
+# (Pulsar's maxPendingPublishRequestsPerConnection); reading resumes at half.
+DEFAULT_MAX_PENDING_PUBLISHES = 1000
+
+
+def generate_producer_name() -> str:
+    """A name for a producer that brought none: unique across brokers and restarts, since
+    deduplication tells producers apart by name."""
+    return f"{SERVER_VERSION}-{uuid.uuid4().hex}"
 
 
 def _server_error(exc: BaseException) -> int:
@@ -78,9 +91,11 @@ class ServerConnection:
         writer: asyncio.StreamWriter,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         keepalive_s: float = 30.0,
+        max_pending_publishes: int = DEFAULT_MAX_PENDING_PUBLISHES,
     ) -> None:
         self.service = service
         self.keepalive_s = keepalive_s
+        self.max_pending_publishes = max_pending_publishes
         self._last_heard = asyncio.get_running_loop().time()
         self.reader = reader
         self.writer = writer
@@ -90,7 +105,10 @@ class ServerConnection:
         self.producers: dict[int, Producer] = {}
         self.consumers: dict[int, Consumer] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._publishes: set[asyncio.Task[Any]] = set()
+        # Backpressure: SENDs stored but not yet receipted, and whether reading may go on.
+        self.pending_publishes = 0
+        self._publish_window = asyncio.Event()
+        self._publish_window.set()
         self._handlers: dict[int, Callable[[Frame, Any], Awaitable[None] | None]] = {
             pb.BaseCommand.PING: self._on_ping,
             pb.BaseCommand.PONG: lambda frame, body: None,
@@ -119,6 +137,8 @@ class ServerConnection:
             while data := await self.reader.read(256 * 1024):
                 self._last_heard = asyncio.get_running_loop().time()
                 for frame in decoder.feed(data):
+                    if not self._publish_window.is_set():
+                        await self._publish_window.wait()  # stop reading till receipts go out
                     await self._dispatch(frame)
         except ProtocolError as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
@@ -159,18 +179,21 @@ class ServerConnection:
             return
         if result is not None:
             task = asyncio.ensure_future(self._guard(frame, body, result))
-            # A SEND in flight is never cancelled: its entry is on its way to the bookies,
-            # and deduplication must learn whether it was stored.
-            tasks = self._publishes if frame.command.type == pb.BaseCommand.SEND else self._tasks
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def _guard(self, frame: Frame, body: Any, work: Awaitable[None]) -> None:
-        """Run a request; a refusal or storage failure becomes ERROR for its request id."""
+        """Run a request; a refusal or storage failure becomes ERROR for its request id,
+        and so does a bug: every request gets an answer."""
         try:
             await work
         except (StripeMQError, ValueError) as exc:
             self._refuse(frame, body, exc)
+        except Exception as exc:
+            log.exception(
+                "%s from %s failed", pb.BaseCommand.Type.Name(frame.command.type), self.peer
+            )
+            self._refuse(frame, body, BrokerError(pb.UnknownError, f"internal error: {exc}"))
 
     def _refuse(self, frame: Frame, body: Any, exc: BaseException) -> None:
         request_id = getattr(body, "request_id", None)
@@ -279,20 +302,23 @@ class ServerConnection:
     # ------------------------------------------------------------------ producing
 
     async def _on_producer(self, frame: Frame, body: pb.CommandProducer) -> None:
+        limits.check_producer(body, len(self.producers))  # sizes and counts, before all else
         topic = await self.service.get_topic(TopicName.parse(body.topic))
-        name = body.producer_name or f"{SERVER_VERSION}-{id(self) & 0xFFFF:x}-{body.producer_id}"
-        producer = Producer(body.producer_id, name, topic, self, body.producer_access_mode)
-        await topic.add_producer(producer)
+        if body.producer_id in self.producers:
+            raise BrokerError(pb.ProducerBusy, f"producer id {body.producer_id} is in use")
+        name = body.producer_name or generate_producer_name()
         if body.initial_subscription_name and body.initial_subscription_name not in (
             topic.subscriptions
         ):
-            # Created with the producer (a dead-letter topic's), so that nothing it
+            # Created before the producer (a dead-letter topic's), so that nothing it
             # publishes is lost before a consumer first subscribes.
             await topic.subscribe(
                 body.initial_subscription_name,
                 pb.CommandSubscribe.Exclusive,
                 InitialPosition.EARLIEST,
             )
+        producer = Producer(body.producer_id, name, topic, self, body.producer_access_mode)
+        await topic.add_producer(producer)
         self.producers[body.producer_id] = producer
         last = topic.dedup.last_sequence_id(name) if topic.dedup is not None else -1
         self.write(
@@ -301,13 +327,18 @@ class ServerConnection:
             )
         )
 
-    def _on_send(self, frame: Frame, body: pb.CommandSend) -> Awaitable[None] | None:
+    def _on_send(self, frame: Frame, body: pb.CommandSend) -> None:
         producer = self.producers.get(body.producer_id)
         if producer is None:
             return self._send_error(body, pb.NotAllowedError, "no such producer")
         if frame.problem is not None or frame.entry is None:
             code = pb.ChecksumError if not frame.checksum_ok else pb.UnknownError
             return self._send_error(body, code, frame.problem or "no entry")
+        batch = frame.metadata.num_messages_in_batch if frame.metadata is not None else 1
+        if batch > MAX_BATCH_SIZE:  # consumers' permits and ack sets count these
+            return self._send_error(
+                body, pb.NotAllowedError, f"a batch of {batch} messages (at most {MAX_BATCH_SIZE})"
+            )
         dedup = producer.topic.dedup
         if dedup is not None:
             status = dedup.check(producer.name, body.sequence_id, body.highest_sequence_id)
@@ -318,22 +349,36 @@ class ServerConnection:
                 return self._send_error(
                     body, pb.PersistenceError, "an earlier copy is still being stored"
                 )
-        # Started now, in frame order: the managed ledger appends in the order it is called.
-        return self._publish(
-            producer, body, asyncio.ensure_future(producer.topic.publish(frame.entry))
-        )
-
-    async def _publish(
-        self, producer: Producer, body: pb.CommandSend, append: asyncio.Future[Any]
-    ) -> None:
-        dedup = producer.topic.dedup
+        # Queued now, in frame order: the managed ledger stores entries and completes them
+        # in the order it is called, so receipts go out in the order the SENDs came.
         try:
-            position = await append
-        except (ManagedLedgerError, StripeMQError) as exc:
+            append = producer.topic.publish(frame.entry)
+        except StripeMQError as exc:
             if dedup is not None:
                 dedup.failed(producer.name, body.sequence_id)
-            self._send_error(body, _server_error(exc), str(exc))
+            return self._send_error(body, _server_error(exc), str(exc))
+        self.pending_publishes += 1
+        if self.pending_publishes >= self.max_pending_publishes:
+            self._publish_window.clear()
+        append.add_done_callback(functools.partial(self._published, producer, body))
+        return None
+
+    def _published(
+        self, producer: Producer, body: pb.CommandSend, append: asyncio.Future[Position]
+    ) -> None:
+        """SEND_RECEIPT or SEND_ERROR for a stored (or failed) entry; called in SEND order."""
+        self.pending_publishes -= 1
+        if self.pending_publishes <= self.max_pending_publishes // 2:
+            self._publish_window.set()
+        dedup = producer.topic.dedup
+        error = append.exception() if not append.cancelled() else None
+        if append.cancelled() or error is not None:
+            if dedup is not None:
+                dedup.failed(producer.name, body.sequence_id)
+            reason = error if error is not None else ManagedLedgerError("append cancelled")
+            self._send_error(body, _server_error(reason), str(reason))
             return
+        position = append.result()
         if dedup is not None:
             highest = max(body.sequence_id, body.highest_sequence_id)
             dedup.stored(producer.name, highest, position)
@@ -354,6 +399,10 @@ class ServerConnection:
                 ),
             )
         )
+
+    @property
+    def is_active(self) -> bool:
+        return not self.writer.is_closing()
 
     def _send_error(self, body: pb.CommandSend, code: int, message: str) -> None:
         self.write(
@@ -379,6 +428,7 @@ class ServerConnection:
     # ------------------------------------------------------------------ consuming
 
     async def _on_subscribe(self, frame: Frame, body: pb.CommandSubscribe) -> None:
+        limits.check_subscribe(body, len(self.consumers))  # sizes and counts, before all else
         if body.consumer_id in self.consumers:
             raise BrokerError(pb.ConsumerBusy, f"consumer id {body.consumer_id} is in use")
         topic = await self.service.get_topic(TopicName.parse(body.topic))
@@ -438,19 +488,20 @@ class ServerConnection:
     def _on_flow(self, frame: Frame, body: pb.CommandFlow) -> None:
         consumer = self.consumers.get(body.consumer_id)
         if consumer is not None:
-            consumer.subscription.flow(consumer, body.messagePermits)
+            granted = limits.permits_to_grant(consumer.slot.permits, body.messagePermits)
+            consumer.subscription.flow(consumer, granted)
 
     def _on_ack(self, frame: Frame, body: pb.CommandAck) -> None:
         consumer = self.consumers.get(body.consumer_id)
         error: BaseException | None = None
-        if consumer is None:
-            error = BrokerError(pb.ConsumerNotFound, f"no consumer {body.consumer_id}")
-        else:
-            try:
-                consumer.subscription.ack(consumer, body)
-            except (StripeMQError, ValueError) as exc:
-                error = exc
-                log.info("ack from %s refused: %s", self.peer, exc)
+        try:
+            limits.check_ack(body)  # counts, ids and batch sizes, before anything is built
+            if consumer is None:
+                raise BrokerError(pb.ConsumerNotFound, f"no consumer {body.consumer_id}")
+            consumer.subscription.ack(consumer, body)
+        except (StripeMQError, ValueError) as exc:
+            error = exc
+            log.info("ack from %s refused: %s", self.peer, exc)
         if body.HasField("request_id"):
             response = pb.CommandAckResponse(
                 consumer_id=body.consumer_id, request_id=body.request_id
@@ -461,6 +512,7 @@ class ServerConnection:
             self.write(response)
 
     def _on_redeliver(self, frame: Frame, body: pb.CommandRedeliverUnacknowledgedMessages) -> None:
+        limits.check_redeliver(body)
         consumer = self.consumers.get(body.consumer_id)
         if consumer is not None:
             consumer.subscription.redeliver(consumer, body.message_ids)
@@ -477,6 +529,7 @@ class ServerConnection:
         consumer = self._consumer(body.consumer_id)
         subscription = consumer.subscription
         if body.HasField("message_id"):
+            limits.check_seek_id(body.message_id)
             position = start_position(body.message_id)
             if position is None:
                 position = subscription.topic.ml.chain.write_position()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 import mmh3
 
@@ -25,6 +26,21 @@ REPLICA_POINTS = 100  # points per consumer on the ring (Pulsar's default)
 
 class ConsumerAssignError(ValueError):
     """A STICKY consumer's ranges overlap another's (the protocol's ConsumerAssignError)."""
+
+
+def disjoint_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``ranges`` sorted, each within ``[0, HASH_RANGE)`` and none overlapping another:
+    O(n log n), by sorting and comparing neighbours. Raises ``ConsumerAssignError``."""
+    if len(ranges) > HASH_RANGE:  # more ranges than hashes cannot be disjoint
+        raise ConsumerAssignError(f"{len(ranges)} hash ranges cannot be disjoint")
+    claimed = sorted(ranges)
+    for start, end in claimed:
+        if not 0 <= start <= end < HASH_RANGE:
+            raise ConsumerAssignError(f"hash range {start}..{end} is out of bounds")
+    for (_, previous_end), (start, end) in pairwise(claimed):
+        if start <= previous_end:
+            raise ConsumerAssignError(f"hash range {start}..{end} overlaps another of its own")
+    return claimed
 
 
 def sticky_key_hash(key: bytes) -> int:
@@ -49,7 +65,8 @@ class KeySharedDispatcher(Dispatcher):
         super().__init__()
         self.sticky = sticky
         self._ring: list[tuple[int, int]] = []  # (point, consumer id), sorted
-        self._ranges: dict[int, list[tuple[int, int]]] = {}  # STICKY: id -> [(start, end)]
+        # STICKY: every consumer's ranges as (start, end, consumer id), sorted and disjoint.
+        self._ranges: list[tuple[int, int, int]] = []
         self._held: dict[int, _Held] = {}
         # Entries refused for now, by hash, oldest first: nothing newer of that hash may pass.
         self._blocked: dict[int, list[Position]] = {}
@@ -59,18 +76,15 @@ class KeySharedDispatcher(Dispatcher):
 
     def add_consumer(self, slot: ConsumerSlot, ranges: list[tuple[int, int]] | None = None) -> None:
         if self.sticky:
-            claimed = sorted(ranges or [])
+            claimed = disjoint_ranges(ranges or [])
             if not claimed:
                 raise ConsumerAssignError("a STICKY consumer must declare hash ranges")
             for start, end in claimed:
-                if not 0 <= start <= end < HASH_RANGE:
-                    raise ConsumerAssignError(f"hash range {start}..{end} is out of bounds")
-                for other in self._ranges.values():
-                    if any(start <= o_end and o_start <= end for o_start, o_end in other):
-                        raise ConsumerAssignError(
-                            f"hash range {start}..{end} overlaps another consumer's"
-                        )
-            self._ranges[slot.slot_id] = claimed
+                if self._range_at_or_before(end, start) is not None:
+                    raise ConsumerAssignError(
+                        f"hash range {start}..{end} overlaps another consumer's"
+                    )
+            self._ranges = sorted(self._ranges + [(s, e, slot.slot_id) for s, e in claimed])
         else:
             for i in range(REPLICA_POINTS):
                 point = sticky_key_hash(f"{slot.name}{slot.slot_id}-{i}".encode())
@@ -80,22 +94,29 @@ class KeySharedDispatcher(Dispatcher):
 
     def remove_consumer(self, slot: ConsumerSlot) -> list[Position]:
         self._ring = [(p, c) for p, c in self._ring if c != slot.slot_id]
-        self._ranges.pop(slot.slot_id, None)
+        self._ranges = [r for r in self._ranges if r[2] != slot.slot_id]
         held = self._held.pop(slot.slot_id, None)
         if held is not None:  # they come back for replay: nothing newer of theirs overtakes
             for position, key_hash in held.hash_of.items():
                 self._block(position, key_hash)
         return super().remove_consumer(slot)
 
+    def _range_at_or_before(self, point: int, low: int) -> tuple[int, int, int] | None:
+        """The assigned range starting last at or before ``point``, if it reaches ``low``
+        (``low <= point``): with the ranges disjoint, the only one that can meet
+        ``[low, point]``; O(log n)."""
+        i = bisect.bisect_right(self._ranges, (point, HASH_RANGE, HASH_RANGE))
+        if i and self._ranges[i - 1][1] >= low:
+            return self._ranges[i - 1]
+        return None
+
     # ------------------------------------------------------------------ selection
 
     def owner_of_hash(self, key_hash: int) -> ConsumerSlot | None:
         """The consumer a hash belongs to now (ignoring draining)."""
         if self.sticky:
-            for slot_id, ranges in self._ranges.items():
-                if any(start <= key_hash <= end for start, end in ranges):
-                    return self._slot(slot_id)
-            return None
+            found = self._range_at_or_before(key_hash, key_hash)
+            return self._slot(found[2]) if found is not None else None
         if not self._ring:
             return None
         i = bisect.bisect_left(self._ring, (key_hash, -1))

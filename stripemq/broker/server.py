@@ -7,7 +7,7 @@ import contextlib
 import logging
 
 from stripemq.bookie.client import BookKeeper
-from stripemq.broker.connection import ServerConnection
+from stripemq.broker.connection import DEFAULT_MAX_PENDING_PUBLISHES, ServerConnection
 from stripemq.broker.managed_ledger_config import ManagedLedgerConfig
 from stripemq.broker.ownership import BrokerInfo
 from stripemq.broker.service import BrokerService, TopicPolicies
@@ -32,6 +32,7 @@ class BrokerServer:
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         policies: TopicPolicies | None = None,
         keepalive_s: float = 30.0,
+        max_pending_publishes: int = DEFAULT_MAX_PENDING_PUBLISHES,
     ) -> None:
         self.store = store
         self.bk = bk
@@ -42,20 +43,27 @@ class BrokerServer:
         self.max_message_size = max_message_size
         self.policies = policies
         self.keepalive_s = keepalive_s
+        self.max_pending_publishes = max_pending_publishes
         self.service: BrokerService | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self.connections: set[ServerConnection] = set()  # the clients served now
 
     @property
     def service_url(self) -> str:
         return f"pulsar://{self.advertised_host}:{self.port}"
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._accept, self.host, self.port)
+        # Bound first (the port may be chosen by the system), served once the service has
+        # started: no client sees a broker without its default namespace.
+        self._server = await asyncio.start_server(
+            self._accept, self.host, self.port, start_serving=False
+        )
         self.port = self._server.sockets[0].getsockname()[1]
         me = BrokerInfo(f"{self.advertised_host}:{self.port}", self.service_url)
         self.service = BrokerService(self.store, self.bk, me, self.ml_config, self.policies)
         await self.service.start()
+        await self._server.start_serving()
         log.info("broker serving %s", self.service_url)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -63,14 +71,23 @@ class BrokerServer:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
+        connection: ServerConnection | None = None
         try:
             connection = ServerConnection(
-                self.service, reader, writer, self.max_message_size, self.keepalive_s
+                self.service,
+                reader,
+                writer,
+                self.max_message_size,
+                self.keepalive_s,
+                self.max_pending_publishes,
             )
+            self.connections.add(connection)
             await connection.serve()
         except Exception:
             log.exception("connection from %s failed", writer.get_extra_info("peername"))
         finally:
+            if connection is not None:
+                self.connections.discard(connection)
             self._connections.discard(task)
 
     async def stop(self, *, abandon: bool = False) -> None:

@@ -1,5 +1,10 @@
 """The topics this broker serves, opened on demand on one metadata store and ledger client,
-and only while this broker owns their bundle."""
+and only while this broker owns their bundle.
+
+A topic of a namespace that does not exist, or a ``non-persistent://`` one, is refused by
+lookup, partitioned metadata and topic use alike, before anything is written to the
+metadata store: the checks read, and only then is a bundle acquired or a topic created.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,8 @@ from stripemq.broker.dedup import Deduplication
 from stripemq.broker.delayed_delivery import DelayedDeliveryConfig
 from stripemq.broker.managed_ledger import ManagedLedgerFactory
 from stripemq.broker.managed_ledger_config import ManagedLedgerConfig
-from stripemq.broker.namespaces import ensure_defaults, namespace_exists
+from stripemq.broker.names import check_topic_supported
+from stripemq.broker.namespaces import check_namespace, ensure_defaults
 from stripemq.broker.ownership import BrokerInfo, Bundle, Ownership, bundle_of
 from stripemq.broker.partitions import (
     PartitionedTopicExistsError,
@@ -27,6 +33,10 @@ from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.topic_name import TopicName
 
 log = logging.getLogger(__name__)
+
+# How long a request that arrives while the broker starts waits for the default tenant and
+# namespace to be made before it is answered ``ServiceNotReady`` (clients retry that).
+STARTUP_WAIT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -60,10 +70,23 @@ class BrokerService:
         self.topics: dict[str, PersistentTopic] = {}
         self._opening: dict[str, asyncio.Future[PersistentTopic]] = {}
         self._unloading: set[Bundle] = set()
+        self._started = asyncio.Event()
 
     async def start(self) -> None:
+        """Make the default tenant and namespace if need be, and register this broker."""
         await ensure_defaults(self.store)
         await self.ownership.register()
+        self._started.set()
+
+    async def _check_namespace(self, topic_name: TopicName) -> None:
+        """``NamespaceNotFoundError`` unless the topic's namespace exists; a request that
+        came in while the broker starts waits for the defaults to be made first."""
+        if not self._started.is_set():
+            try:
+                await asyncio.wait_for(self._started.wait(), STARTUP_WAIT_S)
+            except TimeoutError:
+                raise BrokerError(pb.ServiceNotReady, "the broker is starting") from None
+        await check_namespace(self.store, topic_name.namespace_name)
 
     async def topics_of_namespace(self, namespace: str) -> list[str]:
         """Every persistent topic of a namespace that has been created (partitions by name)."""
@@ -74,23 +97,27 @@ class BrokerService:
         return sorted(str(TopicName.from_managed_ledger_name(name)) for name in names)
 
     async def partitions(self, topic_name: TopicName) -> int:
-        """Partitions of a topic, making it partitioned first if policy says so."""
+        """Partitions of a topic, making it partitioned first if policy says so.
+
+        Raises ``UnsupportedTopicError`` (non-persistent) or ``NamespaceNotFoundError``."""
+        check_topic_supported(topic_name)
+        if topic_name.partition_index >= 0:
+            await self._check_namespace(topic_name)
+            return 0  # a partition is a topic of its own, not partitioned (as in Pulsar)
         count = await partition_count(self.store, topic_name)
-        if count or not self.policies.auto_create or not self.policies.auto_create_partitioned:
+        if count:
             return count
-        if topic_name.partition_index >= 0 or await self.factory.exists(
-            topic_name.managed_ledger_name
-        ):
-            return 0  # a partition, or a topic that already exists unpartitioned
+        await self._check_namespace(topic_name)
+        if not self.policies.auto_create or not self.policies.auto_create_partitioned:
+            return 0
+        if await self.factory.exists(topic_name.managed_ledger_name):
+            return 0  # a topic that already exists unpartitioned
         with contextlib.suppress(PartitionedTopicExistsError):
             await create_partitioned_topic(self.store, topic_name, self.policies.default_partitions)
         return await partition_count(self.store, topic_name)
 
     async def _check_may_open(self, topic_name: TopicName) -> None:
-        if not await namespace_exists(self.store, topic_name.namespace_name):
-            raise BrokerError(
-                pb.TopicNotFound, f"namespace {topic_name.namespace_name} does not exist"
-            )
+        """Auto-creation policy; the namespace was checked before its bundle was taken."""
         if self.policies.auto_create:
             return
         if topic_name.partition_index >= 0 and await partition_count(self.store, topic_name):
@@ -99,11 +126,16 @@ class BrokerService:
             raise BrokerError(pb.TopicNotFound, f"topic {topic_name} does not exist")
 
     async def lookup(self, topic_name: TopicName, authoritative: bool) -> str:
-        """The service URL of the broker that serves (or is to serve) the topic."""
+        """The service URL of the broker that serves (or is to serve) the topic.
+
+        Raises ``UnsupportedTopicError`` (non-persistent) or ``NamespaceNotFoundError``,
+        having written nothing."""
+        check_topic_supported(topic_name)
         bundle = bundle_of(topic_name)
         owner = await self.ownership.owner_of(bundle)
         if owner is not None:
             return owner
+        await self._check_namespace(topic_name)
         if not authoritative:
             target = await self.ownership.least_loaded_broker()
             if target != self.service_url:
@@ -111,10 +143,16 @@ class BrokerService:
         return await self.ownership.try_acquire(bundle)
 
     async def get_topic(self, topic_name: TopicName) -> PersistentTopic:
-        """The topic, opened here; ``ServiceNotReady`` if another broker owns its bundle."""
+        """The topic, opened here; ``ServiceNotReady`` if another broker owns its bundle.
+
+        Raises ``UnsupportedTopicError`` (non-persistent) or ``NamespaceNotFoundError``
+        before its bundle is taken (a bundle owned here is of a namespace that exists)."""
+        check_topic_supported(topic_name)
         bundle = bundle_of(topic_name)
         if bundle in self._unloading:
             raise BrokerError(pb.ServiceNotReady, f"{topic_name} is being unloaded")
+        if bundle not in self.ownership.owned:
+            await self._check_namespace(topic_name)
         owner = await self.ownership.try_acquire(bundle)
         if owner != self.service_url:
             raise BrokerError(

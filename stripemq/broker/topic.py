@@ -29,14 +29,18 @@ from stripemq.broker.dispatch import (
 )
 from stripemq.broker.key_shared import ConsumerAssignError, KeySharedDispatcher
 from stripemq.broker.managed_ledger import InitialPosition, ManagedLedger
+from stripemq.broker.names import check_subscription_name
+from stripemq.broker.publish_time import PublishTimeSearch, publish_time_of
 from stripemq.cursor.managed_cursor import ManagedCursor
 from stripemq.cursor.non_durable import NonDurableCursor
 from stripemq.cursor.position import Position
-from stripemq.errors import ManagedLedgerError, StripeMQError
+from stripemq.cursor.state import BatchAck
+from stripemq.errors import StripeMQError
 from stripemq.proto import pulsar_api_pb2 as pb
-from stripemq.proto.ack_set import bits_of, words_of
+from stripemq.proto.ack_set import MAX_BATCH_SIZE, bits_of, words_of
 from stripemq.proto.frames import entry_metadata
 from stripemq.proto.topic_name import TopicName
+from stripemq.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +76,11 @@ class MessageSink(Protocol):
     def close_consumer(self, consumer_id: int) -> None: ...
 
     def close_producer(self, producer_id: int) -> None: ...
+
+    @property
+    def is_active(self) -> bool:
+        """Whether the client behind it is still connected."""
+        ...
 
 
 @dataclass(eq=False)
@@ -113,9 +122,9 @@ def entry_info(position: Position, data: bytes) -> EntryInfo:
     metadata = entry_metadata(data)
     if metadata is None:
         return EntryInfo(position, 1, NO_KEY)
-    messages = (
-        max(1, metadata.num_messages_in_batch) if metadata.HasField("num_messages_in_batch") else 1
-    )
+    messages = 1
+    if metadata.HasField("num_messages_in_batch"):  # bounded, as SENDs are
+        messages = min(max(1, metadata.num_messages_in_batch), MAX_BATCH_SIZE)
     if metadata.HasField("ordering_key"):
         key = metadata.ordering_key
     elif metadata.HasField("partition_key"):
@@ -211,6 +220,12 @@ class Subscription:
         self._wake.set()
 
     def ack(self, consumer: Consumer, ack: pb.CommandAck) -> None:
+        """Acknowledge whole entries, messages of batch entries (by ack set, PIP-54), or
+        cumulatively everything up to a message (inside a batch: up to that message).
+
+        Raises ``BrokerError`` (before any ack set is decoded, and before anything is
+        acknowledged) for a batch size outside ``0..MAX_BATCH_SIZE``.
+        """
         positions = [Position(m.ledgerId, m.entryId) for m in ack.message_id]
         if ack.ack_type == pb.CommandAck.Cumulative:
             if len(positions) != 1:
@@ -220,41 +235,84 @@ class Subscription:
                     pb.NotAllowedError,
                     f"cumulative ack on a {SubType.Name(self.sub_type)} subscription",
                 )
-            position = positions[0]
-            self.cursor.ack_cumulative(position)
-            done = [p for p in consumer.slot.pending if p <= position]
-            self.delivery.acknowledged(consumer.slot, done)
-            self._wake.set()
+            self._ack_cumulative(consumer, ack.message_id[0], positions[0])
             return
+        # Sizes first: a bad one refuses the whole ack before any of it is applied.
+        sizes = [
+            self._batch_size(consumer, message_id, position) if message_id.ack_set else 0
+            for message_id, position in zip(ack.message_id, positions, strict=True)
+        ]
         whole = []
-        for message_id, position in zip(ack.message_id, positions, strict=True):
+        for message_id, position, size in zip(ack.message_id, positions, sizes, strict=True):
             if not message_id.ack_set:
                 whole.append(position)
                 continue
-            # Part of a batch. The C++ client leaves out batch_size: the entry's message
-            # count is known from its delivery (or from earlier partial acks).
-            size = message_id.batch_size if message_id.HasField("batch_size") else 0
-            size = size or self._batch_size(consumer, position)
             if size <= 0:
                 log.warning(
                     "%s: batch-index ack of %s with unknown size ignored", self.name, position
                 )
                 continue
-            remaining = bits_of(message_id.ack_set, size)
-            done_indexes = [i for i, unacked in enumerate(remaining) if not unacked]
+            done_indexes = self._acked_indexes(message_id.ack_set, size)
             if self.cursor.ack_batch(position, done_indexes, size):
                 whole.append(position)
         self.cursor.ack(whole)
         self.delivery.acknowledged(consumer.slot, whole)
         self._wake.set()  # a draining Key_Shared hash may be free now
 
-    def _batch_size(self, consumer: Consumer, position: Position) -> int:
-        """Messages in the batch entry at ``position``, as far as the subscription knows."""
-        size = consumer.slot.pending.get(position, 0)
-        if size <= 0:
+    def _ack_cumulative(
+        self, consumer: Consumer, message_id: pb.MessageIdData, position: Position
+    ) -> None:
+        """Everything before ``position``; of the entry itself, all of it, or with an ack
+        set only the messages it clears (the rest stays to be delivered again)."""
+        if not message_id.ack_set:
+            self.cursor.ack_cumulative(position)
+        else:
+            size = self._batch_size(consumer, message_id, position)
+            if size <= 0:
+                log.warning(
+                    "%s: cumulative ack inside %s with unknown batch size ignored",
+                    self.name,
+                    position,
+                )
+                return
+            done_indexes = self._acked_indexes(message_id.ack_set, size)
+            self.cursor.ack_cumulative(position, BatchAck([], size))  # what precedes it
+            if done_indexes:
+                self.cursor.ack_batch(position, done_indexes, size)
+        done = [
+            p
+            for p in consumer.slot.pending
+            if p < position or (p == position and self.cursor.is_acked(p))
+        ]
+        self.delivery.acknowledged(consumer.slot, done)
+        self._wake.set()
+
+    def _batch_size(
+        self, consumer: Consumer, message_id: pb.MessageIdData, position: Position
+    ) -> int:
+        """Messages in the batch entry at ``position``: as the ack says, else as the
+        subscription knows (delivered, or partly acked before); 0 if unknown.
+
+        The C++ client leaves ``batch_size`` out. Raises ``BrokerError`` for a size
+        outside ``0..MAX_BATCH_SIZE``, whether the client or the entry's producer chose it.
+        """
+        size = message_id.batch_size if message_id.HasField("batch_size") else 0
+        if size == 0:
+            size = consumer.slot.pending.get(position, 0)
+        if size == 0:
             bits = self.cursor.state.ack_set(position)
             size = len(bits) if bits is not None else 0
+        if not 0 <= size <= MAX_BATCH_SIZE:
+            raise BrokerError(
+                pb.NotAllowedError,
+                f"batch size {size} at {position} is outside 0..{MAX_BATCH_SIZE}",
+            )
         return size
+
+    @staticmethod
+    def _acked_indexes(ack_set: Iterable[int], size: int) -> list[int]:
+        """The messages an ack set acknowledges: its clear bits (set means unacked)."""
+        return [i for i, unacked in enumerate(bits_of(ack_set, size)) if not unacked]
 
     def redeliver(self, consumer: Consumer, message_ids: Iterable[pb.MessageIdData]) -> None:
         """The consumer gives entries back (negative ack, ack timeout, or all of them)."""
@@ -299,6 +357,11 @@ class Subscription:
     # ------------------------------------------------------------------ dispatching
 
     async def _dispatch_loop(self) -> None:
+        """Feed the consumers until the subscription closes. Nothing ends it but
+        cancellation: a failure (storage trouble, or a bug) is logged once and retried
+        with back-off until a round succeeds."""
+        backoff = Backoff(initial=0.1, maximum=5.0)
+        failing = False
         while True:
             if not self.dispatcher.has_permits():
                 await self._wait_for_wake()
@@ -311,10 +374,20 @@ class Subscription:
                 if self.dispatcher.has_permits():
                     read_any, moved = await self._deliver_new()
                     progressed = progressed or moved
-            except ManagedLedgerError as exc:
-                log.warning("subscription %s on %s: %s", self.name, self.topic.name, exc)
-                await asyncio.sleep(0.5)
+            except Exception as exc:
+                if not failing:
+                    failing = True
+                    where = (self.topic.name, self.name)
+                    if isinstance(exc, StripeMQError):
+                        log.warning("[%s] [%s] dispatch failed: %s", *where, exc)
+                    else:
+                        log.exception("[%s] [%s] dispatch failed", *where)
+                await backoff.sleep()
                 continue
+            if failing:
+                failing = False
+                backoff.reset()
+                log.info("[%s] [%s] dispatch resumed", self.topic.name, self.name)
             if not read_any and not progressed:
                 after = Position(
                     self.cursor.read_position.ledger_id, self.cursor.read_position.entry_id - 1
@@ -450,6 +523,7 @@ class PersistentTopic:
         """Admit a producer by its access mode (Pulsar's ProducerAccessMode)."""
         mode = producer.access_mode
         async with self._producers_changed:
+            self._take_over_name(producer)
             exclusive = [p for p in self.producers if p.access_mode != pb.Shared]
             if mode == pb.Shared:
                 if exclusive:
@@ -466,18 +540,39 @@ class PersistentTopic:
                 await self._producers_changed.wait_for(lambda: not self.producers)
             self.producers.append(producer)
 
+    def _take_over_name(self, producer: Producer) -> None:
+        """Producer names are unique on a topic (deduplication counts by name): a name in
+        use is refused, unless its holder's connection is gone (a client reconnecting
+        before the broker noticed the old connection drop), as in Pulsar."""
+        for other in self.producers:
+            if other.name != producer.name:
+                continue
+            if other.sink is not None and other.sink.is_active:
+                raise BrokerError(
+                    pb.ProducerBusy,
+                    f"producer {producer.name!r} is already connected to {self.name}",
+                )
+            log.info("[%s] producer %s replaces its dropped connection", self.name, other.name)
+            self.producers.remove(other)
+            self._producers_changed.notify_all()
+            return
+
     async def remove_producer(self, producer: Producer) -> None:
         async with self._producers_changed:
             if producer in self.producers:
                 self.producers.remove(producer)
             self._producers_changed.notify_all()
 
-    async def publish(self, entry: bytes) -> Position:
-        return await self.ml.add_entry(entry)
+    def publish(self, entry: bytes) -> asyncio.Future[Position]:
+        """Store an entry; entries are stored and confirmed in the order of the calls."""
+        return self.ml.add_entry_async(entry)
 
     async def subscribe(
         self, name: str, sub_type: int, initial: InitialPosition, sticky: bool = False
     ) -> Subscription:
+        """The durable subscription ``name``, made at ``initial`` if new; reserved names
+        (``names.check_subscription_name``) are refused before any cursor is opened."""
+        check_subscription_name(name)
         subscription = self.subscriptions.get(name)
         if subscription is None:
             cursor = await self.ml.open_cursor(name, initial)
@@ -502,7 +597,8 @@ class PersistentTopic:
     ) -> Subscription:
         """A reader's subscription: an in-memory cursor whose first entry is ``start``.
         A reader back under its subscription's name (a seek disconnected it) gets the same
-        subscription, at the position the seek left it."""
+        subscription, at the position the seek left it. Reserved names are refused."""
+        check_subscription_name(name)
         existing = self.subscriptions.get(name)
         if existing is not None and not existing.durable and not existing.consumers:
             return existing
@@ -521,17 +617,22 @@ class PersistentTopic:
             await subscription.close()
 
     async def find_by_publish_time(self, publish_time_ms: int) -> Position:
-        """The first entry published at or after ``publish_time_ms`` (else the end)."""
-        position = self.ml.chain.first_position()
-        while True:
-            entries = await self.ml.read_entries(position, READ_BATCH)
-            if not entries:
-                return self.ml.chain.write_position()
-            for entry in entries:
-                metadata = entry_metadata(entry.data)
-                if metadata is not None and metadata.publish_time >= publish_time_ms:
-                    return entry.position
-            position = self.ml.chain.next_valid(entries[-1].position)
+        """The first entry published at or after ``publish_time_ms`` (else the end), by
+        binary search over the ledger chain: one entry read per step, O(log n) in all."""
+        search = PublishTimeSearch.over(self.ml.chain, publish_time_ms)
+        while (probe := search.probe()) is not None:
+            entries = await self.ml.read_entries(probe, 1)
+            found = entries[0] if entries and entries[0].position == probe else None
+            search.record(publish_time_of(found.data) if found is not None else None)
+        result = search.result
+        log.debug(
+            "%s: publish time %d found at %s in %d reads",
+            self.name,
+            publish_time_ms,
+            result,
+            search.probes,
+        )
+        return result if result is not None else self.ml.chain.write_position()
 
     async def unsubscribe(self, name: str) -> None:
         subscription = self.subscriptions.pop(name, None)

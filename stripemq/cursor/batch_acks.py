@@ -15,8 +15,7 @@ from sortedcontainers import SortedDict
 
 from stripemq.cursor.position import Position
 from stripemq.errors import InvalidCursorPositionError
-
-MAX_BATCH_SIZE = 1 << 16
+from stripemq.proto.ack_set import MAX_BATCH_SIZE
 
 
 class BatchAcks:

@@ -139,16 +139,17 @@ class CursorState:
 
     def ack_cumulative(self, position: Position, batch: BatchAck | None = None) -> None:
         """Acknowledge everything up to ``position`` (with a batch: up to the message
-        ``max(batch.indexes)`` in that entry, the entry itself staying partly unacked)."""
+        ``max(batch.indexes)`` in that entry, the entry itself staying partly unacked; with
+        no indexes, only what precedes the entry)."""
         if position <= self.mark_delete:
             return
         self._check_exists(position)
         self.acks_since_snapshot += 1
-        if batch is not None and batch.indexes:
+        if batch is not None:
             if position in self.holes:
                 self._move_mark_delete(position)
             else:
-                up_to = range(max(batch.indexes) + 1)
+                up_to = range(max(batch.indexes) + 1 if batch.indexes else 0)
                 complete = self.batches.ack(position, up_to, batch.size)  # checks first
                 previous = Position(position.ledger_id, position.entry_id - 1)
                 if previous > self.mark_delete:

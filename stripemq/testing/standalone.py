@@ -13,8 +13,9 @@ from stripemq.testing.process import ChildProcess
 class StandaloneProcess(ChildProcess):
     """One standalone (embedded metadata, one bookie, one broker) on free ports."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, settings: dict[str, object] | None = None) -> None:
         self.data_dir = Path(data_dir)
+        self.settings = dict(settings or {})
         super().__init__(self.data_dir.parent / f"{self.data_dir.name}.log")
         self.port = free_port()
         self.bookie_port = free_port()
@@ -33,7 +34,7 @@ class StandaloneProcess(ChildProcess):
             str(self.port),
             "--bookie-port",
             str(self.bookie_port),
-            settings={"stats_http_port": self.stats_port},
+            settings={"stats_http_port": self.stats_port, **self.settings},
         )
 
     async def start(self, timeout: float = 60.0) -> None:
@@ -43,9 +44,11 @@ class StandaloneProcess(ChildProcess):
 
 
 @contextlib.asynccontextmanager
-async def running_standalone(base: Path) -> AsyncIterator[str]:
-    """A standalone under ``base`` for the block; yields its service URL."""
-    process = StandaloneProcess(base / "data")
+async def running_standalone(
+    base: Path, settings: dict[str, object] | None = None
+) -> AsyncIterator[str]:
+    """A standalone under ``base`` (with ``settings``) for the block; yields its service URL."""
+    process = StandaloneProcess(base / "data", settings)
     await process.start()
     try:
         yield process.service_url

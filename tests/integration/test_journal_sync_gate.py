@@ -10,8 +10,6 @@ in this process (``Standalone``) so the gate can be held.
 from __future__ import annotations
 
 import asyncio
-import os
-import threading
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,83 +19,16 @@ import pytest
 from stripemq.bookie.client import BookKeeper
 from stripemq.bookie.config import BookieConfig
 from stripemq.bookie.storage.engine import AddOp, BookieStorage
-from stripemq.bookie.storage.journal import JournalWriter, SyncFile, journal_path
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.entry import EntryHeader, encode_entry
-from stripemq.proto.frames import (
-    Frame,
-    FrameDecoder,
-    encode_command,
-    encode_payload_command,
-)
 from stripemq.proto.frames import encode_entry as encode_message
+from stripemq.proto.frames import encode_payload_command
 from stripemq.standalone import Standalone, StandalonePorts
-from stripemq.testing.polling import until
+from stripemq.testing.journal_gate import blocked_holding, installed_gate
 from stripemq.testing.ports import free_port
+from stripemq.testing.raw_connection import RawConnection
 
 pytestmark = pytest.mark.integration
-
-GATE_TIMEOUT_S = 60.0  # a sync held longer than this fails (so a broken test cannot hang)
-
-
-class SyncGate:
-    """A journal sync function that, while the gate is closed, blocks until it opens.
-
-    ``blocked`` is set once a sync is waiting at the closed gate (the journal thread has
-    written its group and is inside the sync); ``syncs_returned`` counts syncs that finished.
-    """
-
-    def __init__(self, real: SyncFile = os.fdatasync) -> None:
-        self._real = real
-        self._open = threading.Event()
-        self._open.set()
-        self.blocked = threading.Event()
-        self._lock = threading.Lock()
-        self.syncs_returned = 0
-
-    @property
-    def held(self) -> bool:
-        """Whether the gate is closed (syncs wait in it)."""
-        return not self._open.is_set()
-
-    def close(self) -> None:
-        self.blocked.clear()
-        self._open.clear()
-
-    def open(self) -> None:
-        self._open.set()
-
-    def __call__(self, fd: int) -> None:
-        if not self._open.is_set():
-            self.blocked.set()
-            if not self._open.wait(GATE_TIMEOUT_S):
-                raise OSError(f"sync gate held for more than {GATE_TIMEOUT_S}s")
-        self._real(fd)
-        with self._lock:
-            self.syncs_returned += 1
-
-
-def installed_gate(journal: JournalWriter) -> SyncGate:
-    """Put a gate in front of the journal's real sync function."""
-    assert journal.sync_data, "the gate needs journal_sync_data on"
-    gate = SyncGate(journal.sync_file)
-    journal.sync_file = gate
-    return gate
-
-
-def journal_holds(journal: JournalWriter, data: bytes) -> bool:
-    """Whether the journal's current file already holds ``data`` (written, maybe unsynced)."""
-    path = journal_path(journal.directory, journal.written_mark.journal_id)
-    return data in path.read_bytes()
-
-
-async def blocked_holding(gate: SyncGate, journal: JournalWriter, data: bytes) -> None:
-    """Wait until the journal has written ``data`` and sits in the gated sync."""
-    await until(
-        lambda: gate.blocked.is_set() and journal_holds(journal, data),
-        "the journal has written the record and waits in its sync",
-    )
-
 
 # ---------------------------------------------------------------------------- storage level
 
@@ -175,50 +106,6 @@ async def test_a_ledger_add_completes_only_after_the_journal_sync_returns(
         await ledger.close()
 
 
-class RawConnection:
-    """A Pulsar protocol connection that keeps every frame the broker sends, in order."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._reader = reader
-        self._writer = writer
-        self.frames: list[Frame] = []
-        self._arrived = asyncio.Condition()
-        self._task = asyncio.create_task(self._read())
-
-    @classmethod
-    async def open(cls, port: int) -> RawConnection:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        return cls(reader, writer)
-
-    async def _read(self) -> None:
-        decoder = FrameDecoder()
-        while data := await self._reader.read(65536):
-            async with self._arrived:
-                self.frames.extend(decoder.feed(data))
-                self._arrived.notify_all()
-
-    def send(self, raw: bytes) -> None:
-        self._writer.write(raw)
-
-    def types(self) -> list[int]:
-        return [frame.command.type for frame in self.frames]
-
-    async def wait_for(self, kind: int, count: int = 1, timeout: float = 15.0) -> Frame:
-        """The ``count``-th frame of type ``kind``, once it has arrived."""
-
-        def arrived() -> bool:
-            return self.types().count(kind) >= count
-
-        async with self._arrived:
-            await asyncio.wait_for(self._arrived.wait_for(arrived), timeout)
-        return [frame for frame in self.frames if frame.command.type == kind][count - 1]
-
-    async def close(self) -> None:
-        self._task.cancel()
-        await asyncio.gather(self._task, return_exceptions=True)
-        self._writer.close()
-
-
 async def test_no_send_receipt_goes_out_until_the_journal_sync_returns(
     standalone: Standalone,
 ) -> None:
@@ -226,12 +113,12 @@ async def test_no_send_receipt_goes_out_until_the_journal_sync_returns(
     topic = f"persistent://public/default/gated-{uuid.uuid4().hex[:8]}"
     conn = await RawConnection.open(standalone.broker_config.broker_service_port)
     try:
-        conn.send(encode_command(pb.CommandConnect(client_version="gate", protocol_version=20)))
+        conn.command(pb.CommandConnect(client_version="gate", protocol_version=20))
         await conn.wait_for(pb.BaseCommand.CONNECTED)
-        conn.send(encode_command(pb.CommandLookupTopic(topic=topic, request_id=1)))
+        conn.command(pb.CommandLookupTopic(topic=topic, request_id=1))
         lookup = await conn.wait_for(pb.BaseCommand.LOOKUP_RESPONSE)
         assert lookup.command.lookupTopicResponse.response == pb.CommandLookupTopicResponse.Connect
-        conn.send(encode_command(pb.CommandProducer(topic=topic, producer_id=1, request_id=2)))
+        conn.command(pb.CommandProducer(topic=topic, producer_id=1, request_id=2))
         await conn.wait_for(pb.BaseCommand.PRODUCER_SUCCESS)
 
         gate = installed_gate(storage.journal)
@@ -249,7 +136,7 @@ async def test_no_send_receipt_goes_out_until_the_journal_sync_returns(
             await blocked_holding(gate, storage.journal, payload)
             # A PING sent now is answered after everything the broker had to say before it:
             # the PONG proves the window passed with the journal still held in its sync.
-            conn.send(encode_command(pb.CommandPing()))
+            conn.command(pb.CommandPing())
             await conn.wait_for(pb.BaseCommand.PONG)
             assert gate.blocked.is_set() and gate.held
             assert pb.BaseCommand.SEND_RECEIPT not in conn.types()

@@ -142,3 +142,31 @@ def test_per_key_order_and_no_loss_while_consumers_churn(seed: int) -> None:
     simulation.run(steps=600)
     assert simulation.acked == set(simulation.positions)
     assert simulation.deliveries >= len(simulation.positions)
+
+
+def test_sticky_ranges_are_checked_against_every_other_consumers() -> None:
+    dispatcher = KeySharedDispatcher(sticky=True)
+    evens = [(i, i) for i in range(0, 65_536, 2)]  # every even hash, one range each
+    dispatcher.add_consumer(ConsumerSlot(1, "evens", permits=10), evens)
+    for claimed in ([(65_534, 65_535)], [(1, 1), (3, 4)], [(99, 101)]):
+        with pytest.raises(ConsumerAssignError):
+            dispatcher.add_consumer(ConsumerSlot(2, "b", permits=10), claimed)
+    odds = [(i, i) for i in range(1, 65_536, 2)]
+    dispatcher.add_consumer(ConsumerSlot(3, "odds", permits=10), odds[::-1])  # any order
+    for key_hash, owner in ((0, 1), (1, 3), (65_534, 1), (65_535, 3)):
+        slot = dispatcher.owner_of_hash(key_hash)
+        assert slot is not None and slot.consumer_id == owner
+    with pytest.raises(ConsumerAssignError):  # its own ranges overlap
+        dispatcher.add_consumer(ConsumerSlot(4, "d", permits=10), [(5, 9), (0, 5)])
+
+
+def test_a_leaving_sticky_consumer_frees_its_ranges() -> None:
+    dispatcher = KeySharedDispatcher(sticky=True)
+    first = ConsumerSlot(1, "a", permits=10)
+    dispatcher.add_consumer(first, [(0, 99), (200, 299)])
+    assert dispatcher.owner_of_hash(150) is None
+    dispatcher.remove_consumer(first)
+    assert dispatcher.owner_of_hash(50) is None
+    dispatcher.add_consumer(ConsumerSlot(2, "b", permits=10), [(0, 65_535)])
+    owner = dispatcher.owner_of_hash(250)
+    assert owner is not None and owner.consumer_id == 2

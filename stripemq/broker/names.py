@@ -1,0 +1,64 @@
+"""Names the broker refuses before it touches any state (sans-IO).
+
+- ``non-persistent://`` topics: stripemq serves persistent topics only. Pulsar's broker
+  answers ``NotAllowedError`` for a non-persistent topic when they are disabled
+  (``enableNonPersistentTopics=false``); so does stripemq, at lookup, partitioned metadata,
+  producer and subscribe, before any metadata is read or written.
+- Subscription names: an empty (or blank) name, the deduplication cursor's name
+  (``pulsar.dedup``) and names starting with the replicator's prefix (``pulsar.repl``) are
+  refused, as Pulsar's ``PersistentTopic.subscribe`` refuses them ("Subscription with
+  reserved subscription name attempted"). Pulsar answers these with the code of its
+  ``NamingException``, which maps to ``ProducerBusy``; stripemq answers ``NotAllowedError``,
+  the code the official clients report as "operation not allowed".
+"""
+
+from __future__ import annotations
+
+import logging
+
+from stripemq.broker.dedup import CURSOR_NAME as DEDUPLICATION_CURSOR
+from stripemq.errors import StripeMQError
+from stripemq.proto.topic_name import TopicName
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "DEDUPLICATION_CURSOR",
+    "REPLICATOR_PREFIX",
+    "ReservedSubscriptionNameError",
+    "UnsupportedTopicError",
+    "check_subscription_name",
+    "check_topic_supported",
+]
+
+REPLICATOR_PREFIX = "pulsar.repl"
+
+
+class UnsupportedTopicError(StripeMQError):
+    """A topic of a kind this broker does not serve (``non-persistent://``)."""
+
+    server_error = "NotAllowedError"
+
+
+class ReservedSubscriptionNameError(StripeMQError):
+    """A subscription name clients may not use (empty, or reserved for the broker)."""
+
+    server_error = "NotAllowedError"
+
+
+def check_topic_supported(topic: TopicName) -> None:
+    """Raises ``UnsupportedTopicError`` for a topic this broker does not serve."""
+    if not topic.persistent:
+        raise UnsupportedTopicError(f"{topic}: non-persistent topics are not supported")
+
+
+def check_subscription_name(name: str) -> None:
+    """Raises ``ReservedSubscriptionNameError`` for a name no client may subscribe with."""
+    if not name.strip():
+        raise ReservedSubscriptionNameError("empty subscription name")
+    if name == DEDUPLICATION_CURSOR or name.startswith(REPLICATOR_PREFIX):
+        log.warning("refused a subscription with the reserved name %r", name)
+        raise ReservedSubscriptionNameError(
+            f"subscription name {name!r} is reserved (subscription with reserved "
+            "subscription name attempted)"
+        )

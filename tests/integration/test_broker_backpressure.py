@@ -1,0 +1,141 @@
+"""Backpressure and producer identity on one connection, against an in-process standalone.
+
+A producer that never waits for receipts cannot make the broker hold more than
+``max_pending_publish_requests_per_connection`` sends: past it the broker stops reading the
+connection until half are receipted. The journal's sync is held shut (see
+``stripemq.testing.journal_gate``) so that no send can complete while the test looks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pulsar
+import pytest
+
+from stripemq.broker.server import BrokerServer
+from stripemq.proto import pulsar_api_pb2 as pb
+from stripemq.proto.frames import encode_entry as encode_message
+from stripemq.proto.frames import encode_payload_command
+from stripemq.standalone import Standalone, StandalonePorts
+from stripemq.testing.journal_gate import installed_gate
+from stripemq.testing.polling import until
+from stripemq.testing.ports import free_port
+from stripemq.testing.raw_connection import RawConnection
+
+pytestmark = pytest.mark.integration
+
+WINDOW = 10  # max_pending_publish_requests_per_connection
+SENDS = 100
+
+
+@pytest.fixture
+async def standalone(tmp_path: Path) -> AsyncIterator[Standalone]:
+    ports = StandalonePorts(broker=free_port(), web=free_port(), bookie=free_port())
+    node = Standalone(
+        tmp_path / "data",
+        ports,
+        overrides={"stats_http_port": 0, "max_pending_publish_requests_per_connection": WINDOW},
+    )
+    await node.start()
+    yield node
+    await node.stop()
+
+
+def broker_server(node: Standalone) -> BrokerServer:
+    assert node.broker is not None and node.broker.server is not None
+    return node.broker.server
+
+
+async def producing(node: Standalone, topic: str) -> RawConnection:
+    """A raw connection with producer 1 on ``topic``."""
+    conn = await RawConnection.open(node.broker_config.broker_service_port, handshake=True)
+    conn.command(pb.CommandProducer(topic=topic, producer_id=1, request_id=1))
+    await conn.wait_for(pb.BaseCommand.PRODUCER_SUCCESS)
+    return conn
+
+
+def send_frame(sequence_id: int) -> bytes:
+    metadata = pb.MessageMetadata(producer_name="raw", sequence_id=sequence_id, publish_time=1)
+    return encode_payload_command(
+        pb.CommandSend(producer_id=1, sequence_id=sequence_id, num_messages=1),
+        encode_message(metadata, b"m%d" % sequence_id),
+    )
+
+
+async def test_a_producer_that_never_waits_is_not_read_past_the_window(
+    standalone: Standalone,
+) -> None:
+    assert standalone.bookie is not None
+    gate = installed_gate(standalone.bookie.storage.journal)
+    topic = f"persistent://public/default/flood-{uuid.uuid4().hex[:8]}"
+    conn = await producing(standalone, topic)
+    [served] = broker_server(standalone).connections
+    try:
+        gate.close()
+        conn.send(b"".join(send_frame(i) for i in range(SENDS)))
+        conn.command(pb.CommandPing())
+        await until(lambda: served.pending_publishes >= WINDOW, "the window filled")
+        assert served.pending_publishes == WINDOW  # the rest waits, unread, in the socket
+        gate.open()
+        await conn.wait_for(pb.BaseCommand.PONG, timeout=30)
+        receipts = [
+            f.command.send_receipt.sequence_id
+            for f in conn.frames
+            if f.command.type == pb.BaseCommand.SEND_RECEIPT
+        ]
+        # The PING came after every SEND, and is read only once all but a window's worth
+        # of them are receipted: had the broker read on, it would have answered at once.
+        assert len(receipts) >= SENDS - WINDOW
+        await conn.wait_for(pb.BaseCommand.SEND_RECEIPT, count=SENDS, timeout=30)
+        receipts = [
+            f.command.send_receipt.sequence_id
+            for f in conn.frames
+            if f.command.type == pb.BaseCommand.SEND_RECEIPT
+        ]
+        assert receipts == list(range(SENDS))
+        assert served.pending_publishes == 0
+    finally:
+        gate.open()
+        await conn.close()
+
+
+def producer_names_are_exclusive(url: str, topic: str) -> None:
+    first = pulsar.Client(url)
+    second = pulsar.Client(url)
+    try:
+        producer = first.create_producer(topic, producer_name="billing")
+        with pytest.raises(pulsar.ProducerBusy):
+            second.create_producer(topic, producer_name="billing")
+        producer.close()
+        again = second.create_producer(topic, producer_name="billing")  # free once closed
+        again.send(b"after")
+    finally:
+        first.close()
+        second.close()
+
+
+async def test_a_producer_name_in_use_on_the_topic_is_refused(standalone: Standalone) -> None:
+    topic = f"persistent://public/default/names-{uuid.uuid4().hex[:8]}"
+    url = broker_server(standalone).service_url
+    await asyncio.to_thread(producer_names_are_exclusive, url, topic)
+
+
+def generated_names(url: str, topic: str) -> list[str]:
+    clients = [pulsar.Client(url) for _ in range(3)]
+    try:
+        return [
+            client.create_producer(topic).producer_name() for client in clients for _ in range(5)
+        ]
+    finally:
+        for client in clients:
+            client.close()
+
+
+async def test_generated_producer_names_are_unique(standalone: Standalone) -> None:
+    topic = f"persistent://public/default/generated-{uuid.uuid4().hex[:8]}"
+    names = await asyncio.to_thread(generated_names, broker_server(standalone).service_url, topic)
+    assert len(set(names)) == len(names) == 15
