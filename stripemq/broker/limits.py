@@ -170,16 +170,19 @@ def check_hash_ranges(
         raise BrokerError(pb.ConsumerAssignError, str(exc)) from None
 
 
+def _check_room(kind: str, count: int, most: int) -> None:
+    """Room for one more producer or consumer on a connection that has ``count``."""
+    if count >= most:
+        raise BrokerError(
+            pb.NotAllowedError, f"{count} {kind} on this connection already (at most {most})"
+        )
+
+
 def check_subscribe(
     command: pb.CommandSubscribe, consumers: int, limits: BrokerLimits = DEFAULT_LIMITS
 ) -> None:
     """A SUBSCRIBE on a connection that already has ``consumers`` consumers."""
-    if consumers >= limits.max_consumers_per_connection:
-        raise BrokerError(
-            pb.NotAllowedError,
-            f"{consumers} consumers on this connection already "
-            f"(at most {limits.max_consumers_per_connection})",
-        )
+    _check_room("consumers", consumers, limits.max_consumers_per_connection)
     _check_name("subscription", command.subscription, limits)
     _check_name("consumer", command.consumer_name, limits)
     _check_properties(
@@ -217,12 +220,7 @@ def check_producer(
     command: pb.CommandProducer, producers: int, limits: BrokerLimits = DEFAULT_LIMITS
 ) -> None:
     """A PRODUCER on a connection that already has ``producers`` producers."""
-    if producers >= limits.max_producers_per_connection:
-        raise BrokerError(
-            pb.NotAllowedError,
-            f"{producers} producers on this connection already "
-            f"(at most {limits.max_producers_per_connection})",
-        )
+    _check_room("producers", producers, limits.max_producers_per_connection)
     _check_name("producer", command.producer_name, limits)
     _check_name("subscription", command.initial_subscription_name, limits)
     _check_properties(

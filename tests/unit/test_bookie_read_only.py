@@ -3,7 +3,6 @@ the bookie read-only until a checkpoint succeeds whatever the disk monitor says 
 
 from __future__ import annotations
 
-import errno
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,20 +18,10 @@ from stripemq.bookie.storage import files as files_module
 from stripemq.bookie.storage.engine import AddOp, BookieStorage
 from stripemq.errors import BookieReadOnlyError
 from stripemq.proto.entry import EntryHeader, encode_entry
+from stripemq.testing.faults import FullDisk
 from stripemq.testing.polling import until
 
 KEY = b"master-key"
-
-
-class FullDisk:
-    """``os`` as the storage files module sees it, except that writes hit ENOSPC."""
-
-    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
-        return getattr(os, name)
-
-    @staticmethod
-    def write(fd: int, data: bytes) -> int:
-        raise OSError(errno.ENOSPC, "No space left on device")
 
 
 class CountedDiskChecks:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import os
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from stripemq.errors import (
     UnauthorizedAccessError,
 )
 from stripemq.proto.entry import HEADER_SIZE, EntryHeader, encode_entry, verify_entry
+from stripemq.testing.faults import FullDisk
 
 KEY = b"master-key"
 
@@ -323,17 +323,6 @@ async def test_corrupt_entry_log_record_is_never_served(tmp_path: Path) -> None:
         assert (await reopened.read_entry(13, 2))[0] == entries[2]
     finally:
         await reopened.stop()
-
-
-class FullDisk:
-    """``os`` as the storage files module sees it, except that writes hit ENOSPC."""
-
-    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
-        return getattr(os, name)
-
-    @staticmethod
-    def write(fd: int, data: bytes) -> int:
-        raise OSError(errno.ENOSPC, "No space left on device")
 
 
 async def test_full_journal_disk_fails_adds_and_turns_read_only(

@@ -15,28 +15,9 @@ from stripemq.cursor.position import Position
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.ack_set import words_of
 from stripemq.proto.topic_name import TopicName
+from stripemq.testing.sinks import NullSink
 
 LEDGER = 7
-
-
-class NullSink:
-    """A connection that drops everything (acks send nothing)."""
-
-    def send_message(self, *args: object, **kwargs: object) -> None:
-        pass
-
-    def send_active_change(self, consumer_id: int, is_active: bool) -> None:
-        pass
-
-    def close_consumer(self, consumer_id: int) -> None:
-        pass
-
-    def close_producer(self, producer_id: int) -> None:
-        pass
-
-    @property
-    def is_active(self) -> bool:
-        return True
 
 
 def subscription(

@@ -24,6 +24,7 @@ from stripemq.errors import ConfigError
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.frames import encode_entry
 from stripemq.testing.polling import until
+from stripemq.testing.sinks import NullSink
 
 
 def p(entry_id: int) -> Position:
@@ -296,7 +297,7 @@ class FakeTopic:
 
 
 @dataclass
-class Inbox:
+class Inbox(NullSink):
     """A consumer's connection: what arrived, and when (wall-clock ms)."""
 
     received: list[tuple[int, bytes]] = field(default_factory=list)
@@ -310,15 +311,6 @@ class Inbox:
         ack_set: list[int] | None = None,
     ) -> None:
         self.received.append((time.time_ns() // 1_000_000, entry))
-
-    def send_active_change(self, consumer_id: int, is_active: bool) -> None:
-        pass
-
-    def close_consumer(self, consumer_id: int) -> None:
-        pass
-
-    def close_producer(self, producer_id: int) -> None:
-        pass
 
 
 def message(text: str, deliver_at_ms: int | None = None) -> bytes:
