@@ -177,6 +177,9 @@ class ServerConnection:
         except (StripeMQError, ValueError) as exc:
             self._refuse(frame, body, exc)
             return
+        except Exception as exc:
+            self._refuse_for_bug(frame, body, exc)
+            return
         if result is not None:
             task = asyncio.ensure_future(self._guard(frame, body, result))
             self._tasks.add(task)
@@ -190,10 +193,12 @@ class ServerConnection:
         except (StripeMQError, ValueError) as exc:
             self._refuse(frame, body, exc)
         except Exception as exc:
-            log.exception(
-                "%s from %s failed", pb.BaseCommand.Type.Name(frame.command.type), self.peer
-            )
-            self._refuse(frame, body, BrokerError(pb.UnknownError, f"internal error: {exc}"))
+            self._refuse_for_bug(frame, body, exc)
+
+    def _refuse_for_bug(self, frame: Frame, body: Any, exc: Exception) -> None:
+        """A handler failed in a way nobody planned for: log it, and still answer."""
+        log.exception("%s from %s failed", pb.BaseCommand.Type.Name(frame.command.type), self.peer)
+        self._refuse(frame, body, BrokerError(pb.UnknownError, f"internal error: {exc!r}"))
 
     def _refuse(self, frame: Frame, body: Any, exc: BaseException) -> None:
         request_id = getattr(body, "request_id", None)

@@ -8,8 +8,10 @@ import uuid
 
 import pytest
 
+from stripemq.broker.managed_ledger import ManagedLedger
 from stripemq.broker.server import BrokerServer
 from stripemq.client import aio
+from stripemq.cursor.position import Position
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.testing.raw_connection import RawConnection
 
@@ -70,5 +72,34 @@ async def test_a_request_whose_handler_fails_unexpectedly_gets_an_error(
         assert response.error == pb.UnknownError
         conn.command(pb.CommandPing())  # the connection is still served
         await conn.wait_for(pb.BaseCommand.PONG)
+    finally:
+        await conn.close()
+
+
+async def test_a_request_whose_inline_handler_fails_unexpectedly_gets_an_error(
+    broker: BrokerServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conn = await RawConnection.open(broker.port, handshake=True)
+    try:
+        conn.command(
+            pb.CommandSubscribe(
+                topic="persistent://public/default/inline",
+                subscription="s",
+                subType=pb.CommandSubscribe.Exclusive,
+                consumer_id=1,
+                request_id=1,
+            )
+        )
+        await conn.expect(pb.BaseCommand.SUCCESS)
+
+        def broken(self: ManagedLedger) -> Position:
+            raise KeyError("injected bug")
+
+        monkeypatch.setattr(ManagedLedger, "last_confirmed", property(broken))
+        conn.command(pb.CommandGetLastMessageId(consumer_id=1, request_id=2))
+        error = (await conn.expect(pb.BaseCommand.ERROR)).error
+        assert error.request_id == 2 and error.error == pb.UnknownError
+        conn.command(pb.CommandPing())
+        await conn.expect(pb.BaseCommand.PONG)
     finally:
         await conn.close()
