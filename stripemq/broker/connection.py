@@ -11,7 +11,7 @@ import contextlib
 import functools
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from google.protobuf.message import Message
@@ -104,6 +104,9 @@ class ServerConnection:
         self.connected = False
         self.producers: dict[int, Producer] = {}
         self.consumers: dict[int, Consumer] = {}
+        # Ids whose PRODUCER or SUBSCRIBE is being handled: taken before the first await,
+        # so a repeated id cannot slip in meanwhile (Pulsar's putIfAbsent of a future).
+        self._pending_ids: set[tuple[str, int]] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         # Backpressure: SENDs stored but not yet receipted, and whether reading may go on.
         self.pending_publishes = 0
@@ -139,6 +142,8 @@ class ServerConnection:
                 for frame in decoder.feed(data):
                     if not self._publish_window.is_set():
                         await self._publish_window.wait()  # stop reading till receipts go out
+                    if self.writer.is_closing():
+                        return
                     await self._dispatch(frame)
         except ProtocolError as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
@@ -153,6 +158,11 @@ class ServerConnection:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(self.keepalive_s)
+            if not self._publish_window.is_set():
+                # Not reading (backpressure): the client's silence is ours. Pulsar too times
+                # out only connections it reads.
+                self._last_heard = loop.time()
+                continue
             quiet = loop.time() - self._last_heard
             if quiet >= 2 * self.keepalive_s:
                 log.warning("no word from %s in %.0fs: closing the connection", self.peer, quiet)
@@ -308,9 +318,17 @@ class ServerConnection:
 
     async def _on_producer(self, frame: Frame, body: pb.CommandProducer) -> None:
         limits.check_producer(body, len(self.producers))  # sizes and counts, before all else
-        topic = await self.service.get_topic(TopicName.parse(body.topic))
+        existing = self.producers.get(body.producer_id)
+        if existing is not None and existing.topic.name == str(TopicName.parse(body.topic)):
+            self._producer_success(body, existing)  # a retried PRODUCER: done already
+            return
+        with self._reserved("producer", body.producer_id):
+            await self._create_producer(body)
+
+    async def _create_producer(self, body: pb.CommandProducer) -> None:
         if body.producer_id in self.producers:
             raise BrokerError(pb.ProducerBusy, f"producer id {body.producer_id} is in use")
+        topic = await self.service.get_topic(TopicName.parse(body.topic))
         name = body.producer_name or generate_producer_name()
         if body.initial_subscription_name and body.initial_subscription_name not in (
             topic.subscriptions
@@ -325,12 +343,29 @@ class ServerConnection:
         producer = Producer(body.producer_id, name, topic, self, body.producer_access_mode)
         await topic.add_producer(producer)
         self.producers[body.producer_id] = producer
-        last = topic.dedup.last_sequence_id(name) if topic.dedup is not None else -1
+        self._producer_success(body, producer)
+
+    def _producer_success(self, body: pb.CommandProducer, producer: Producer) -> None:
+        dedup = producer.topic.dedup
+        last = dedup.last_sequence_id(producer.name) if dedup is not None else -1
         self.write(
             pb.CommandProducerSuccess(
-                request_id=body.request_id, producer_name=name, last_sequence_id=last
+                request_id=body.request_id, producer_name=producer.name, last_sequence_id=last
             )
         )
+
+    @contextlib.contextmanager
+    def _reserved(self, kind: str, handle_id: int) -> Iterator[None]:
+        """Hold a producer or consumer id while its request is handled; a second request
+        for it meanwhile is told to retry (ServiceNotReady, as Pulsar answers)."""
+        key = (kind, handle_id)
+        if key in self._pending_ids:
+            raise BrokerError(pb.ServiceNotReady, f"{kind} {handle_id} is being created")
+        self._pending_ids.add(key)
+        try:
+            yield
+        finally:
+            self._pending_ids.discard(key)
 
     def _on_send(self, frame: Frame, body: pb.CommandSend) -> None:
         producer = self.producers.get(body.producer_id)
@@ -436,6 +471,10 @@ class ServerConnection:
         limits.check_subscribe(body, len(self.consumers))  # sizes and counts, before all else
         if body.consumer_id in self.consumers:
             raise BrokerError(pb.ConsumerBusy, f"consumer id {body.consumer_id} is in use")
+        with self._reserved("consumer", body.consumer_id):
+            await self._create_consumer(body)
+
+    async def _create_consumer(self, body: pb.CommandSubscribe) -> None:
         topic = await self.service.get_topic(TopicName.parse(body.topic))
         initial = (
             InitialPosition.EARLIEST
@@ -595,17 +634,20 @@ class ServerConnection:
     # ------------------------------------------------------------------ cleanup
 
     async def _cleanup(self) -> None:
-        for consumer in self.consumers.values():
+        # Requests still being handled first: none may add a producer or consumer after.
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        consumers, self.consumers = list(self.consumers.values()), {}
+        for consumer in consumers:
             consumer.subscription.remove_consumer(consumer)
             with contextlib.suppress(StripeMQError):
                 await consumer.subscription.topic.drop_if_unused(consumer.subscription)
-        self.consumers.clear()
-        for producer in self.producers.values():
+        producers, self.producers = list(self.producers.values()), {}
+        for producer in producers:
             with contextlib.suppress(StripeMQError):
                 await producer.topic.remove_producer(producer)
-        self.producers.clear()
-        for task in list(self._tasks):
-            task.cancel()
         self.writer.close()
         with contextlib.suppress(ConnectionError, asyncio.CancelledError):
             await self.writer.wait_closed()

@@ -83,6 +83,11 @@ class Deduplication:
         pushed = min(self.pushed.get(producer_name, -1), sequence_id - 1)
         self.pushed[producer_name] = max(pushed, self.persisted.get(producer_name, -1))
 
+    def forget_unstored(self) -> None:
+        """Every append in flight has completed, some failed: sequence ids handed to the
+        ledger but not stored may come again."""
+        self.pushed = dict(self.persisted)
+
     def stored(self, producer_name: str, highest_sequence_id: int, position: Position) -> None:
         self.persisted[producer_name] = max(
             self.persisted.get(producer_name, -1), highest_sequence_id

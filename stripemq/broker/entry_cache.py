@@ -22,14 +22,11 @@ class EntryCacheManager:
         self.max_bytes = max_bytes
         self.size = 0
         self._entries: OrderedDict[_Key, bytes] = OrderedDict()
-        self._caches: dict[str, EntryCache] = {}
 
     def cache_for(self, name: str) -> EntryCache:
-        """The view of managed ledger ``name`` (made on first use)."""
-        cache = self._caches.get(name)
-        if cache is None:
-            cache = self._caches[name] = EntryCache(self, name)
-        return cache
+        """A new view for one opening of managed ledger ``name``: a view left by an earlier
+        opening, cleared late, touches only its own entries."""
+        return EntryCache(self, name)
 
     def _put(self, cache: EntryCache, position: Position, data: bytes) -> None:
         if len(data) > self.max_bytes:
@@ -63,8 +60,6 @@ class EntryCacheManager:
     def _forget(self, cache: EntryCache) -> None:
         for position in list(cache.positions):
             self._drop((cache, position))
-        if self._caches.get(cache.name) is cache:
-            del self._caches[cache.name]
 
 
 class EntryCache:

@@ -219,6 +219,10 @@ class ManagedLedger:
         self._ledger_created = time.monotonic()
         self._rolling: asyncio.Future[None] | None = None
         self._queued: deque[_QueuedAdd] = deque()  # appends not yet handed to a ledger
+        self._last_pushed: _QueuedAdd | None = None  # the latest handed to a ledger
+        self._outstanding = 0  # appends accepted and not yet completed
+        self._write_failed = False  # an append failed and others are still outstanding
+        self._closing = False
         self._readers: dict[int, ReadHandle] = {}
         self._waiters: list[asyncio.Future[None]] = []
         self._trim_lock = asyncio.Lock()
@@ -341,10 +345,22 @@ class ManagedLedger:
             raise ManagedLedgerError(
                 f"entry of {len(data)} bytes exceeds {self.config.max_entry_bytes}"
             )
+        if self._write_failed:
+            raise ManagedLedgerError(
+                f"a write to {self.name} failed: appends resume once those in flight are done"
+            )
         future: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
+        self._outstanding += 1
+        future.add_done_callback(self._append_done)
         self._queued.append(_QueuedAdd(data, future))
         self._push_queued()
         return future
+
+    def _append_done(self, _: asyncio.Future[Position]) -> None:
+        self._outstanding -= 1
+        if self._outstanding == 0 and self._write_failed:
+            self._write_failed = False
+            log.info("[%s] every append after the failed write is done: appends resume", self.name)
 
     async def add_entry(self, data: bytes) -> Position:
         """Append an entry; its position once ``Qa`` bookies hold it. A cancelled caller
@@ -355,7 +371,8 @@ class ManagedLedger:
         """Hand queued appends to the current ledger, in order, until one needs a new ledger."""
         while self._queued and self._rolling is None and not self.fenced:
             if self._needs_new_ledger():
-                self._start_rollover()
+                if not self._closing:  # closing: what is queued fails, no new ledger
+                    self._start_rollover()
                 return
             handle = self._handle
             assert handle is not None
@@ -374,6 +391,7 @@ class ManagedLedger:
                 self._handle_failed = True
                 continue
             self._queued.popleft()
+            self._last_pushed = op
             self._pushed_bytes += len(op.data)
             added.add_done_callback(functools.partial(self._on_added, handle, info, op))
 
@@ -390,9 +408,16 @@ class ManagedLedger:
             op.fail(self._fenced_error())
             return
         if exc is not None:
+            error = ManagedLedgerError(f"append to {self.name} failed: {exc}")
             if handle is self._handle:
                 self._handle_failed = True  # the next append rolls over to a new ledger
-            op.fail(ManagedLedgerError(f"append to {self.name} failed: {exc}"))
+            # Nothing after a failed append is stored (its own handle fails every later
+            # add, the queue follows, and new appends are refused until all are done): a
+            # later message stored before the failed one is sent again would make the
+            # resend look like a duplicate to deduplication.
+            self._write_failed = True
+            self._fail_queued(error)
+            op.fail(error)
             return
         entry_id = added.result()
         position = Position(handle.ledger_id, entry_id)
@@ -405,9 +430,21 @@ class ManagedLedger:
             op.future.set_result(position)
 
     def _fail_queued(self, error: StripeMQError) -> None:
+        """Fail the appends not handed to a ledger, once those that were have completed:
+        every caller hears back in the order of its call."""
         queued, self._queued = self._queued, deque()
-        for op in queued:
-            op.fail(error)
+        if not queued:
+            return
+
+        def fail(_: object = None) -> None:
+            for op in queued:
+                op.fail(error)
+
+        last = self._last_pushed
+        if last is None or last.future.done():
+            fail()
+        else:
+            last.future.add_done_callback(fail)
 
     def _fenced_error(self) -> ManagedLedgerFencedError:
         return ManagedLedgerFencedError(
@@ -640,7 +677,7 @@ class ManagedLedger:
     # ------------------------------------------------------------------ trimming
 
     def _schedule_trim(self) -> None:
-        if self._trim_task is None and not self.closed:
+        if self._trim_task is None and not self.closed and not self._closing:
             self._trim_task = asyncio.ensure_future(self._trim_in_background())
 
     async def _trim_in_background(self) -> None:
@@ -752,6 +789,8 @@ class ManagedLedger:
 
     def _check_writable(self) -> None:
         self._check_open()
+        if self._closing:
+            raise ManagedLedgerClosedError(f"managed ledger {self.name} is closing")
         if self.fenced:
             raise ManagedLedgerFencedError(f"managed ledger {self.name} belongs to another owner")
 
@@ -777,6 +816,7 @@ class ManagedLedger:
         for cursor in self.cursors.values():
             cursor.abandon()
         self._wake_waiters()
+        self.cache.clear()
         if self.on_close is not None:
             self.on_close()
 
@@ -784,10 +824,11 @@ class ManagedLedger:
         """Persist the cursors and seal the current ledger."""
         if self.closed:
             return
+        self._closing = True  # no new appends, rollovers or trims from here on
         for task in (self._housekeeping, self._trim_task):
             if task is not None:
                 task.cancel()
-        if self._rolling is not None:
+        while self._rolling is not None:
             await asyncio.gather(self._rolling, return_exceptions=True)
         self._fail_queued(ManagedLedgerClosedError(f"managed ledger {self.name} is closed"))
         for cursor in list(self.cursors.values()):

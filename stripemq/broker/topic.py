@@ -35,7 +35,7 @@ from stripemq.cursor.managed_cursor import ManagedCursor
 from stripemq.cursor.non_durable import NonDurableCursor
 from stripemq.cursor.position import Position
 from stripemq.cursor.state import BatchAck
-from stripemq.errors import StripeMQError
+from stripemq.errors import ManagedLedgerClosedError, ManagedLedgerFencedError, StripeMQError
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.ack_set import MAX_BATCH_SIZE, bits_of, words_of
 from stripemq.proto.frames import entry_metadata
@@ -518,6 +518,11 @@ class PersistentTopic:
         self._producers_changed = asyncio.Condition()
         self.subscriptions: dict[str, Subscription] = {}
         self.dedup: Deduplication | None = None
+        # After a failed append, until every append in flight is done (the managed ledger
+        # refuses new ones meanwhile; Pulsar's PersistentTopic.addFailed fences the topic).
+        self.publishing_paused = False
+        self._publishes_in_flight = 0
+        self._announcement: asyncio.Future[None] | None = None
 
     async def add_producer(self, producer: Producer) -> None:
         """Admit a producer by its access mode (Pulsar's ProducerAccessMode)."""
@@ -564,8 +569,45 @@ class PersistentTopic:
             self._producers_changed.notify_all()
 
     def publish(self, entry: bytes) -> asyncio.Future[Position]:
-        """Store an entry; entries are stored and confirmed in the order of the calls."""
-        return self.ml.add_entry_async(entry)
+        """Store an entry; entries are stored and confirmed in the order of the calls.
+
+        Raises the managed ledger's errors: closed, fenced, too large, or a write failed
+        and the appends after it are not all done yet.
+        """
+        appended = self.ml.add_entry_async(entry)
+        self._publishes_in_flight += 1
+        appended.add_done_callback(self._publish_done)
+        return appended
+
+    def _publish_done(self, appended: asyncio.Future[Position]) -> None:
+        """An append failed for other reasons than a takeover or a close: the producers
+        are disconnected (they reconnect and resend), and once every append in flight is
+        done, deduplication forgets the sequence ids that were not stored."""
+        self._publishes_in_flight -= 1
+        error = None if appended.cancelled() else appended.exception()
+        stopping = isinstance(error, (ManagedLedgerFencedError, ManagedLedgerClosedError))
+        if (appended.cancelled() or error is not None) and not stopping:
+            if not self.publishing_paused:
+                log.warning("[%s] append failed (%s): producers reconnect", self.name, error)
+                self.publishing_paused = True
+                self._disconnect_producers()
+        if self.publishing_paused and self._publishes_in_flight == 0:
+            if self.dedup is not None:
+                self.dedup.forget_unstored()
+            self.publishing_paused = False
+            log.info("[%s] publishing resumes", self.name)
+
+    def _disconnect_producers(self) -> None:
+        producers, self.producers = self.producers, []
+        for producer in producers:
+            if producer.sink is not None:
+                producer.sink.close_producer(producer.producer_id)
+        # WaitForExclusive producers wait on the condition, which is notified under its lock.
+        self._announcement = asyncio.ensure_future(self._announce_producers_changed())
+
+    async def _announce_producers_changed(self) -> None:
+        async with self._producers_changed:
+            self._producers_changed.notify_all()
 
     async def subscribe(
         self, name: str, sub_type: int, initial: InitialPosition, sticky: bool = False
