@@ -139,3 +139,28 @@ async def test_generated_producer_names_are_unique(standalone: Standalone) -> No
     topic = f"persistent://public/default/generated-{uuid.uuid4().hex[:8]}"
     names = await asyncio.to_thread(generated_names, broker_server(standalone).service_url, topic)
     assert len(set(names)) == len(names) == 15
+
+
+async def test_a_repeated_producer_id_leaves_no_producer_behind(standalone: Standalone) -> None:
+    topic = f"persistent://public/default/twice-{uuid.uuid4().hex[:8]}"
+    conn = await RawConnection.open(standalone.broker_config.broker_service_port, handshake=True)
+    for request_id in (1, 2):  # back to back: the second comes while the first is made
+        conn.command(
+            pb.CommandProducer(
+                topic=topic, producer_id=1, request_id=request_id, initial_subscription_name="s"
+            )
+        )
+    await conn.expect(pb.BaseCommand.PRODUCER_SUCCESS)
+    conn.command(pb.CommandProducer(topic=topic, producer_id=1, request_id=3))  # a retry
+    await conn.wait_for(pb.BaseCommand.PRODUCER_SUCCESS, count=2)
+    answers = {
+        f.command.producer_success.request_id
+        for f in conn.frames
+        if f.command.type == pb.BaseCommand.PRODUCER_SUCCESS
+    } | {f.command.error.request_id for f in conn.frames if f.command.type == pb.BaseCommand.ERROR}
+    assert answers == {1, 2, 3}  # each request answered
+    service = broker_server(standalone).service
+    assert service is not None
+    assert len(service.topics[topic].producers) == 1
+    await conn.close()
+    await until(lambda: not service.topics[topic].producers, "the producer left with its client")
