@@ -62,6 +62,10 @@ SERVER_VERSION = "stripemq"
 # Sends in flight on one connection before the broker stops reading it
 # (Pulsar's maxPendingPublishRequestsPerConnection); reading resumes at half.
 DEFAULT_MAX_PENDING_PUBLISHES = 1000
+# Bytes written to a client and not yet taken by its socket past which its consumers get
+# nothing more until that drains (Pulsar skips consumers whose channel is not writable):
+# a client that asks for messages and never reads them cannot grow the broker's memory.
+MAX_UNSENT_BYTES = 1024 * 1024
 
 
 def generate_producer_name() -> str:
@@ -112,6 +116,7 @@ class ServerConnection:
         self.pending_publishes = 0
         self._publish_window = asyncio.Event()
         self._publish_window.set()
+        self._draining: asyncio.Task[None] | None = None  # consumers wait for the socket
         self._handlers: dict[int, Callable[[Frame, Any], Awaitable[None] | None]] = {
             pb.BaseCommand.PING: self._on_ping,
             pb.BaseCommand.PONG: lambda frame, body: None,
@@ -494,6 +499,7 @@ class ServerConnection:
             )
             subscription = topic.subscribe_non_durable(body.subscription, body.subType, start)
         slot = ConsumerSlot(body.consumer_id, body.consumer_name, body.priority_level)
+        slot.writable = self._draining is None
         consumer = Consumer(slot, self, subscription)
         self.consumers[body.consumer_id] = consumer
         try:
@@ -522,6 +528,24 @@ class ServerConnection:
         if ack_set:
             command.ack_set.extend(ack_set)
         self.writer.write(encode_payload_command(command, entry))
+        if self._draining is None and self.writer.transport.get_write_buffer_size() > (
+            MAX_UNSENT_BYTES
+        ):
+            for consumer in self.consumers.values():
+                consumer.slot.writable = False
+            self._draining = asyncio.ensure_future(self._resume_when_drained())
+
+    async def _resume_when_drained(self) -> None:
+        """Once the client has taken what was written, its consumers may get more."""
+        try:
+            await self.writer.drain()
+        except ConnectionError:
+            return  # the connection is going: its cleanup removes the consumers
+        finally:
+            self._draining = None
+        for consumer in list(self.consumers.values()):
+            consumer.slot.writable = True
+            consumer.subscription.wake()
 
     def _consumer(self, consumer_id: int) -> Consumer:
         consumer = self.consumers.get(consumer_id)
@@ -636,6 +660,8 @@ class ServerConnection:
     async def _cleanup(self) -> None:
         # Requests still being handled first: none may add a producer or consumer after.
         tasks = list(self._tasks)
+        if self._draining is not None:
+            tasks.append(self._draining)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

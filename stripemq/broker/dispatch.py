@@ -32,6 +32,14 @@ class ConsumerSlot:
     # Entries handed out and not acknowledged: position -> messages in the entry.
     pending: dict[Position, int] = field(default_factory=dict)
     slot_id: int = field(default_factory=lambda: next(_slot_ids))
+    # False while its connection has more unsent bytes than it may (a client that asks
+    # for messages and does not read them): it gets nothing more until that drains.
+    writable: bool = True
+
+    @property
+    def ready(self) -> bool:
+        """Whether it may be handed an entry now: it has permits and is writable."""
+        return self.permits > 0 and self.writable
 
     def take(self, position: Position, messages: int) -> None:
         self.pending[position] = messages
@@ -80,7 +88,7 @@ class Dispatcher:
         """An entry waiting for delivery is gone (acknowledged meanwhile, or trimmed)."""
 
     def has_permits(self) -> bool:
-        return any(slot.permits > 0 for slot in self.consumers)
+        return any(slot.ready for slot in self.consumers)
 
     def pick(self, position: Position, messages: int, key: bytes | None) -> ConsumerSlot | None:
         raise NotImplementedError
@@ -92,7 +100,7 @@ class SingleActiveDispatcher(Dispatcher):
     exclusive = True
 
     def pick(self, position: Position, messages: int, key: bytes | None) -> ConsumerSlot | None:
-        if self.consumers and self.consumers[0].permits > 0:
+        if self.consumers and self.consumers[0].ready:
             return self.consumers[0]
         return None
 
@@ -108,7 +116,7 @@ class RoundRobinDispatcher(Dispatcher):
         count = len(self.consumers)
         for step in range(count):
             slot = self.consumers[(self._next + step) % count]
-            if slot.permits > 0:
+            if slot.ready:
                 self._next = (self._next + step + 1) % count
                 return slot
         return None
@@ -132,4 +140,4 @@ class FailoverDispatcher(Dispatcher):
 
     def pick(self, position: Position, messages: int, key: bytes | None) -> ConsumerSlot | None:
         active = self.active()
-        return active if active is not None and active.permits > 0 else None
+        return active if active is not None and active.ready else None

@@ -140,7 +140,7 @@ class KeySharedDispatcher(Dispatcher):
         if waiting and waiting[0] < position:
             return None  # an older entry of this hash waits: keep the order
         target = self.owner_of_hash(key_hash)
-        if target is None or target.permits <= 0:
+        if target is None or not target.ready:
             return None
         for slot_id, held in self._held.items():
             if slot_id != target.slot_id and held.by_hash[key_hash]:

@@ -219,6 +219,10 @@ class Subscription:
         consumer.slot.permits += permits
         self._wake.set()
 
+    def wake(self) -> None:
+        """Look again for entries to hand out (a consumer's connection drained)."""
+        self._wake.set()
+
     def ack(self, consumer: Consumer, ack: pb.CommandAck) -> None:
         """Acknowledge whole entries, messages of batch entries (by ack set, PIP-54), or
         cumulatively everything up to a message (inside a batch: up to that message).

@@ -43,6 +43,13 @@ class RawConnection:
             self.closed_by_peer = True
             self._arrived.notify_all()
 
+    def pause_reading(self) -> None:
+        """Take nothing more from the socket (the broker's writes pile up), until resumed."""
+        self._writer.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._writer.transport.resume_reading()
+
     def send(self, raw: bytes) -> None:
         """Write bytes as they are (frames, parts of frames or garbage)."""
         self._writer.write(raw)

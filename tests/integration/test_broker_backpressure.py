@@ -16,7 +16,9 @@ from pathlib import Path
 import pulsar
 import pytest
 
+from stripemq.broker.connection import MAX_UNSENT_BYTES
 from stripemq.broker.server import BrokerServer
+from stripemq.broker.topic import READ_BATCH
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.frames import encode_entry as encode_message
 from stripemq.proto.frames import encode_payload_command
@@ -30,6 +32,7 @@ pytestmark = pytest.mark.integration
 
 WINDOW = 10  # max_pending_publish_requests_per_connection
 SENDS = 100
+GREEDY_MESSAGES = 600  # of 64 KiB: far more than a socket's buffers hold
 
 
 @pytest.fixture
@@ -58,11 +61,11 @@ async def producing(node: Standalone, topic: str) -> RawConnection:
     return conn
 
 
-def send_frame(sequence_id: int) -> bytes:
+def send_frame(sequence_id: int, payload: bytes | None = None) -> bytes:
     metadata = pb.MessageMetadata(producer_name="raw", sequence_id=sequence_id, publish_time=1)
     return encode_payload_command(
         pb.CommandSend(producer_id=1, sequence_id=sequence_id, num_messages=1),
-        encode_message(metadata, b"m%d" % sequence_id),
+        encode_message(metadata, payload if payload is not None else b"m%d" % sequence_id),
     )
 
 
@@ -164,3 +167,40 @@ async def test_a_repeated_producer_id_leaves_no_producer_behind(standalone: Stan
     assert len(service.topics[topic].producers) == 1
     await conn.close()
     await until(lambda: not service.topics[topic].producers, "the producer left with its client")
+
+
+async def test_a_consumer_that_asks_for_everything_and_reads_nothing_is_not_buffered_for(
+    standalone: Standalone,
+) -> None:
+    """FLOW for a million messages, then no reading: the broker stops handing it entries
+    once its socket holds ``MAX_UNSENT_BYTES`` unsent; the rest waits in storage. When the
+    client reads again, everything comes."""
+    topic = f"persistent://public/default/greedy-{uuid.uuid4().hex[:8]}"
+    port = standalone.broker_config.broker_service_port
+    consumer = await RawConnection.open(port, handshake=True)
+    consumer.command(
+        pb.CommandSubscribe(
+            topic=topic, subscription="greedy", subType=0, consumer_id=1, request_id=1
+        )
+    )
+    await consumer.expect(pb.BaseCommand.SUCCESS)
+    service = broker_server(standalone).service
+    assert service is not None
+    served = next(c for c in broker_server(standalone).connections if c.consumers)
+    subscription = served.consumers[1].subscription
+    consumer.pause_reading()
+    consumer.command(pb.CommandFlow(consumer_id=1, messagePermits=1_000_000))
+    producer = await producing(standalone, topic)
+    body = b"x" * (64 * 1024)
+    producer.send(b"".join(send_frame(i, body) for i in range(GREEDY_MESSAGES)))
+    await producer.wait_for(pb.BaseCommand.SEND_RECEIPT, count=GREEDY_MESSAGES, timeout=60)
+    await until(lambda: not subscription.dispatcher.has_permits(), "dispatch waits for the socket")
+    unsent = served.writer.transport.get_write_buffer_size()
+    delivered = len(served.consumers[1].slot.pending)
+    assert unsent <= MAX_UNSENT_BYTES + READ_BATCH * len(body)
+    assert not served.consumers[1].slot.writable
+    consumer.resume_reading()
+    await consumer.wait_for(pb.BaseCommand.MESSAGE, count=GREEDY_MESSAGES, timeout=60)
+    assert delivered < GREEDY_MESSAGES
+    await consumer.close()
+    await producer.close()
