@@ -117,6 +117,9 @@ class ServerConnection:
         self._publish_window = asyncio.Event()
         self._publish_window.set()
         self._draining: asyncio.Task[None] | None = None  # consumers wait for the socket
+        # drain() returns below a quarter of the limit: dispatch resumes before the socket
+        # runs dry.
+        writer.transport.set_write_buffer_limits(high=MAX_UNSENT_BYTES, low=MAX_UNSENT_BYTES // 4)
         self._handlers: dict[int, Callable[[Frame, Any], Awaitable[None] | None]] = {
             pb.BaseCommand.PING: self._on_ping,
             pb.BaseCommand.PONG: lambda frame, body: None,
