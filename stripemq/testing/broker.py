@@ -83,16 +83,27 @@ async def broker_on_bookies(
     **server_options: Any,
 ) -> AsyncIterator[BrokerServer]:
     """An in-process broker (on a free port) over ``bookies`` real bookie processes."""
-    async with BookieCluster(metadata_url, base / "bookies", bookies):
-        bk = BookKeeper(store, ClientConfig(explicit_lac_interval_ms=100))
-        await bk.start()
-        server = BrokerServer(store, bk, port=0, **server_options)
-        await server.start()
-        try:
-            yield server
-        finally:
-            await server.stop()
-            await bk.close()
+    async with (
+        BookieCluster(metadata_url, base / "bookies", bookies),
+        serving_broker(store, **server_options) as server,
+    ):
+        yield server
+
+
+@contextlib.asynccontextmanager
+async def serving_broker(
+    store: MetadataStore, **server_options: Any
+) -> AsyncIterator[BrokerServer]:
+    """An in-process broker (on a free port) over the bookies already registered."""
+    bk = BookKeeper(store, ClientConfig(explicit_lac_interval_ms=100))
+    await bk.start()
+    server = BrokerServer(store, bk, port=0, **server_options)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+        await bk.close()
 
 
 def cluster_service_url(brokers: Iterable[BrokerProcess]) -> str:

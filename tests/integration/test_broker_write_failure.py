@@ -18,16 +18,17 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from stripemq.bookie.client import BookKeeper, ClientConfig
 from stripemq.bookie.client.ledger_handle import LedgerHandle
-from stripemq.broker.server import BrokerServer
 from stripemq.broker.service import TopicPolicies
 from stripemq.errors import BookieError
 from stripemq.metadata import MetadataStore
+from stripemq.testing.broker import serving_broker
 from stripemq.testing.cluster import BookieCluster
 from stripemq.testing.polling import until
 
 pytestmark = pytest.mark.integration
+
+DEDUP = TopicPolicies(deduplication=True)
 
 MESSAGES = 3000
 KILL_AFTER = 300  # entries stored before a bookie dies
@@ -57,33 +58,28 @@ def produce_then_read(url: str, topic: str) -> tuple[list[int], list[object]]:
 async def test_a_bookie_lost_under_pipelined_sends_loses_and_duplicates_nothing(
     metadata_url: str, store: MetadataStore, tmp_path: Path
 ) -> None:
-    async with BookieCluster(metadata_url, tmp_path / "bookies", 2) as cluster:
-        bk = BookKeeper(store, ClientConfig(explicit_lac_interval_ms=100))
-        await bk.start()
-        server = BrokerServer(store, bk, port=0, policies=TopicPolicies(deduplication=True))
-        await server.start()
-        try:
-            topic = f"persistent://public/default/outage-{uuid.uuid4().hex[:8]}"
-            producing = asyncio.ensure_future(
-                asyncio.to_thread(produce_then_read, server.service_url, topic)
-            )
-            assert server.service is not None
-            service = server.service
+    async with (
+        BookieCluster(metadata_url, tmp_path / "bookies", 2) as cluster,
+        serving_broker(store, policies=DEDUP) as server,
+    ):
+        topic = f"persistent://public/default/outage-{uuid.uuid4().hex[:8]}"
+        producing = asyncio.ensure_future(
+            asyncio.to_thread(produce_then_read, server.service_url, topic)
+        )
+        assert server.service is not None
+        service = server.service
 
-            def stored() -> int:
-                opened = service.topics.get(topic)
-                return opened.ml.entries_added if opened is not None else 0
+        def stored() -> int:
+            opened = service.topics.get(topic)
+            return opened.ml.entries_added if opened is not None else 0
 
-            await until(lambda: stored() >= KILL_AFTER or producing.done(), "sends under way")
-            assert not producing.done()
-            victim = cluster.bookies[0]
-            victim.kill()
-            await asyncio.sleep(OUTAGE_S)  # the outage; nothing is asserted about it
-            await victim.start()
-            received, failed = await asyncio.wait_for(producing, 120)
-        finally:
-            await server.stop()
-            await bk.close()
+        await until(lambda: stored() >= KILL_AFTER or producing.done(), "sends under way")
+        assert not producing.done()
+        victim = cluster.bookies[0]
+        victim.kill()
+        await asyncio.sleep(OUTAGE_S)  # the outage; nothing is asserted about it
+        await victim.start()
+        received, failed = await asyncio.wait_for(producing, 120)
     assert failed == []  # the client resent what failed, and every send succeeded
     assert received == list(range(MESSAGES))
 
@@ -108,19 +104,14 @@ async def test_a_ledger_that_fails_while_a_new_one_works_loses_and_duplicates_no
         return future
 
     monkeypatch.setattr(LedgerHandle, "add_entry_async", add_entry_async)
-    async with BookieCluster(metadata_url, tmp_path / "bookies", 2):
-        bk = BookKeeper(store, ClientConfig(explicit_lac_interval_ms=100))
-        await bk.start()
-        server = BrokerServer(store, bk, port=0, policies=TopicPolicies(deduplication=True))
-        await server.start()
-        try:
-            topic = f"persistent://public/default/failing-{uuid.uuid4().hex[:8]}"
-            received, failed = await asyncio.wait_for(
-                asyncio.to_thread(produce_then_read, server.service_url, topic), 120
-            )
-        finally:
-            await server.stop()
-            await bk.close()
+    async with (
+        BookieCluster(metadata_url, tmp_path / "bookies", 2),
+        serving_broker(store, policies=DEDUP) as server,
+    ):
+        topic = f"persistent://public/default/failing-{uuid.uuid4().hex[:8]}"
+        received, failed = await asyncio.wait_for(
+            asyncio.to_thread(produce_then_read, server.service_url, topic), 120
+        )
     assert failed_ledgers  # the failure happened
     assert failed == []
     assert received == list(range(MESSAGES))
