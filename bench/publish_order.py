@@ -28,49 +28,26 @@ import pulsar
 
 import stripemq.client
 from stripemq.testing.bench import progress
+from stripemq.testing.pipelined import send_all_then_read
 from stripemq.testing.standalone import running_standalone
 
 CLIENTS: dict[str, ModuleType] = {"pulsar-client": pulsar, "stripemq": stripemq.client}
 
 
 def run(module: ModuleType, url: str, count: int, batching: bool) -> dict[str, Any]:
-    client = module.Client(url, operation_timeout_seconds=60)
-    try:
-        topic = f"bench-order-{time.monotonic_ns()}"
-        consumer = client.subscribe(
-            topic, "check", initial_position=module.InitialPosition.Earliest
-        )
-        producer = client.create_producer(
-            topic,
-            batching_enabled=batching,
-            max_pending_messages=500,
-            block_if_queue_full=True,
-        )
-        errors: list[object] = []
-
-        def sent(result: object, _message_id: object) -> None:
-            if result != module.Result.Ok:
-                errors.append(result)
-
-        start = time.perf_counter()
-        for i in range(count):
-            producer.send_async(str(i).encode(), sent)
-        producer.flush()
-        elapsed = time.perf_counter() - start
-        producer.send(b"end")
-        received: list[int] = []
-        while (data := consumer.receive(timeout_millis=60_000).data()) != b"end":
-            received.append(int(data))
-        return {
-            "sent": count,
-            "received": len(received),
-            "duplicates": len(received) - len(set(received)),
-            "reorderings": sum(1 for a, b in itertools.pairwise(received) if b < a),
-            "send_errors": len(errors),
-            "publish_msgs_per_s": round(count / elapsed),
-        }
-    finally:
-        client.close()
+    topic = f"bench-order-{time.monotonic_ns()}"
+    result = send_all_then_read(
+        module, url, topic, count, batching_enabled=batching, max_pending_messages=500
+    )
+    received = result.received
+    return {
+        "sent": count,
+        "received": len(received),
+        "duplicates": len(received) - len(set(received)),
+        "reorderings": sum(1 for a, b in itertools.pairwise(received) if b < a),
+        "send_errors": len(result.failures),
+        "publish_msgs_per_s": round(count / result.publish_s),
+    }
 
 
 async def main() -> None:

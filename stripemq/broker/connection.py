@@ -25,7 +25,6 @@ from stripemq.broker.topic import BrokerError, Consumer, Producer, Subscription
 from stripemq.cursor.position import Position
 from stripemq.errors import ManagedLedgerError, StripeMQError
 from stripemq.proto import pulsar_api_pb2 as pb
-from stripemq.proto.ack_set import MAX_BATCH_SIZE
 from stripemq.proto.frames import (
     DEFAULT_MAX_MESSAGE_SIZE,
     FRAME_PADDING,
@@ -382,11 +381,10 @@ class ServerConnection:
         if frame.problem is not None or frame.entry is None:
             code = pb.ChecksumError if not frame.checksum_ok else pb.UnknownError
             return self._send_error(body, code, frame.problem or "no entry")
-        batch = frame.metadata.num_messages_in_batch if frame.metadata is not None else 1
-        if batch > MAX_BATCH_SIZE:  # consumers' permits and ack sets count these
-            return self._send_error(
-                body, pb.NotAllowedError, f"a batch of {batch} messages (at most {MAX_BATCH_SIZE})"
-            )
+        try:
+            limits.check_send(frame.metadata)
+        except BrokerError as exc:
+            return self._send_error(body, exc.server_error, str(exc))
         dedup = producer.topic.dedup
         if dedup is not None:
             status = dedup.check(producer.name, body.sequence_id, body.highest_sequence_id)

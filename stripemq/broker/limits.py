@@ -216,6 +216,15 @@ def check_subscribe(
 # ------------------------------------------------------------------ producing
 
 
+def check_send(metadata: pb.MessageMetadata | None, limits: BrokerLimits = DEFAULT_LIMITS) -> None:
+    """A SEND's entry: consumers' permits and ack sets count the messages of its batch."""
+    batch = metadata.num_messages_in_batch if metadata is not None else 1
+    if batch > limits.max_batch_size:
+        raise BrokerError(
+            pb.NotAllowedError, f"a batch of {batch} messages (at most {limits.max_batch_size})"
+        )
+
+
 def check_producer(
     command: pb.CommandProducer, producers: int, limits: BrokerLimits = DEFAULT_LIMITS
 ) -> None:

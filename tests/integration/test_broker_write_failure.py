@@ -24,6 +24,7 @@ from stripemq.errors import BookieError
 from stripemq.metadata import MetadataStore
 from stripemq.testing.broker import serving_broker
 from stripemq.testing.cluster import BookieCluster
+from stripemq.testing.pipelined import send_all_then_read
 from stripemq.testing.polling import until
 
 pytestmark = pytest.mark.integration
@@ -36,23 +37,10 @@ OUTAGE_S = 2.0
 
 
 def produce_then_read(url: str, topic: str) -> tuple[list[int], list[object]]:
-    client = pulsar.Client(url, operation_timeout_seconds=30)
-    try:
-        consumer = client.subscribe(topic, "check")
-        producer = client.create_producer(
-            topic, batching_enabled=False, max_pending_messages=200, block_if_queue_full=True
-        )
-        results: list[object] = []
-        for i in range(MESSAGES):
-            producer.send_async(str(i).encode(), lambda result, _id: results.append(result))
-        producer.flush()
-        producer.send(b"end")
-        received = []
-        while (data := consumer.receive(timeout_millis=30_000).data()) != b"end":
-            received.append(int(data))
-        return received, [r for r in results if r != pulsar.Result.Ok]
-    finally:
-        client.close()
+    run = send_all_then_read(
+        pulsar, url, topic, MESSAGES, batching_enabled=False, max_pending_messages=200
+    )
+    return run.received, run.failures
 
 
 async def test_a_bookie_lost_under_pipelined_sends_loses_and_duplicates_nothing(

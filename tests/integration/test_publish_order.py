@@ -14,7 +14,6 @@ import itertools
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
-from types import ModuleType
 
 import pulsar
 import pytest
@@ -25,6 +24,7 @@ from stripemq.broker.server import BrokerServer
 from stripemq.broker.service import TopicPolicies
 from stripemq.metadata import MetadataStore
 from stripemq.testing.broker import broker_on_bookies
+from stripemq.testing.pipelined import send_all_then_read
 
 pytestmark = pytest.mark.integration
 
@@ -47,52 +47,25 @@ async def rolling_broker(
         yield server
 
 
-def produce_then_read(module: ModuleType, url: str, batching: bool) -> tuple[list[int], int]:
-    """Pipelined sends, then everything read back: (values in arrival order, send errors)."""
-    topic = f"persistent://public/default/rolling-{uuid.uuid4().hex[:8]}"
-    client = module.Client(url, operation_timeout_seconds=30)
-    try:
-        consumer = client.subscribe(
-            topic,
-            "check",
-            consumer_type=module.ConsumerType.Exclusive,
-            initial_position=module.InitialPosition.Earliest,
-        )
-        producer = client.create_producer(
-            topic,
-            batching_enabled=batching,
-            batching_max_messages=10,
-            batching_max_publish_delay_ms=1,
-            max_pending_messages=500,
-            block_if_queue_full=True,
-        )
-        failures: list[object] = []
-
-        def sent(result: object, _message_id: object) -> None:
-            if result != module.Result.Ok:
-                failures.append(result)
-
-        for i in range(MESSAGES):
-            producer.send_async(str(i).encode(), sent)
-        producer.flush()
-        producer.send(b"end")  # stored after every resend: what comes before it is all
-        received: list[int] = []
-        while (data := consumer.receive(timeout_millis=30_000).data()) != b"end":
-            received.append(int(data))
-        return received, len(failures)
-    finally:
-        client.close()
-
-
 @pytest.mark.parametrize("batching", [False, True], ids=["single", "batched"])
 @pytest.mark.parametrize("client", sorted(CLIENTS))
 async def test_pipelined_sends_across_rollovers_are_stored_once_in_order(
     rolling_broker: BrokerServer, client: str, batching: bool
 ) -> None:
-    received, failures = await asyncio.to_thread(
-        produce_then_read, CLIENTS[client], rolling_broker.service_url, batching
+    topic = f"persistent://public/default/rolling-{uuid.uuid4().hex[:8]}"
+    run = await asyncio.to_thread(
+        send_all_then_read,
+        CLIENTS[client],
+        rolling_broker.service_url,
+        topic,
+        MESSAGES,
+        batching_enabled=batching,
+        batching_max_messages=10,
+        batching_max_publish_delay_ms=1,
+        max_pending_messages=500,
     )
-    assert failures == 0
+    received = run.received
+    assert len(run.failures) == 0
     assert received == list(range(MESSAGES)), (
         f"{len(received)} received for {MESSAGES} sent, "
         f"{sum(1 for a, b in itertools.pairwise(received) if b < a)} reorderings"

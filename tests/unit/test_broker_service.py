@@ -10,9 +10,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from stripemq.broker import service as service_module
 from stripemq.broker.names import UnsupportedTopicError
 from stripemq.broker.namespaces import (
     NamespaceNotFoundError,
+    check_namespace,
     create_namespace,
     create_tenant,
     namespace_exists,
@@ -129,15 +131,24 @@ async def test_namespaces_are_made_in_existing_tenants_only(store: MetadataStore
 
 
 async def test_requests_that_come_while_the_broker_starts_wait_for_the_defaults(
-    store: MetadataStore,
+    store: MetadataStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The protocol port listens before the default namespace is made: a client that is
-    quick must not be told ``public/default`` does not exist."""
+    """A request that reaches the service before the default namespace is made must not be
+    told ``public/default`` does not exist: it waits for the defaults."""
+    checked: list[str] = []
+
+    async def spying_check(store: MetadataStore, namespace: str) -> None:
+        checked.append(namespace)
+        await check_namespace(store, namespace)
+
+    monkeypatch.setattr(service_module, "check_namespace", spying_check)
     service = BrokerService(store, NoBookies(), ME)  # type: ignore[arg-type]
     lookup = asyncio.ensure_future(service.lookup(TopicName.parse("orders"), True))
     partitions = asyncio.ensure_future(service.partitions(TopicName.parse("orders")))
-    await asyncio.sleep(0.05)
-    assert not lookup.done() and not partitions.done()
+    await asyncio.sleep(0)  # both start, and send their first reads to the store
+    for _ in range(3):  # the store answers in order: theirs, then ours, and they go on
+        await store.get("/stripemq")
+    assert checked == [] and not lookup.done() and not partitions.done()
     await service.start()
     assert await lookup == ME.service_url
     assert await partitions == 0
