@@ -32,10 +32,10 @@ import time
 from pathlib import Path
 
 from stripemq.bookie.client import BookKeeper
-from stripemq.cursor.config import CursorConfig
-from stripemq.cursor.ledger_chain import LedgerChain, LedgerInfo
-from stripemq.cursor.managed_cursor import CursorEnvironment, ManagedCursor
-from stripemq.cursor.position import Position
+from stripemq.managed_ledger.cursor.config import CursorConfig
+from stripemq.managed_ledger.cursor.managed_cursor import CursorEnvironment, ManagedCursor
+from stripemq.managed_ledger.ledger_chain import LedgerChain, LedgerInfo
+from stripemq.managed_ledger.position import Position
 from stripemq.metadata import MetadataStore
 from stripemq.testing.bench import bench_cluster, progress
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stripemq.broker.delayed_delivery import DelayedDeliveryConfig
-from stripemq.broker.managed_ledger_config import ManagedLedgerConfig
-from stripemq.cursor.config import CursorConfig
 from stripemq.errors import ConfigError
+from stripemq.managed_ledger.config import ManagedLedgerConfig
+from stripemq.managed_ledger.cursor.config import CursorConfig
 
 MiB = 1024 * 1024
 

@@ -19,11 +19,11 @@ from google.protobuf.message import Message
 from stripemq.broker import limits
 from stripemq.broker.dedup import DupStatus
 from stripemq.broker.dispatch import ConsumerSlot
-from stripemq.broker.managed_ledger import InitialPosition
 from stripemq.broker.service import BrokerService
 from stripemq.broker.topic import BrokerError, Consumer, Producer, Subscription
-from stripemq.cursor.position import Position
 from stripemq.errors import ManagedLedgerError, StripeMQError
+from stripemq.managed_ledger.managed_ledger import InitialPosition
+from stripemq.managed_ledger.position import Position
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.frames import (
     DEFAULT_MAX_MESSAGE_SIZE,

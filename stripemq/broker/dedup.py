@@ -11,9 +11,9 @@ from __future__ import annotations
 import enum
 import logging
 
-from stripemq.broker.managed_ledger import InitialPosition, ManagedLedger
-from stripemq.cursor.managed_cursor import ManagedCursor
-from stripemq.cursor.position import Position
+from stripemq.managed_ledger.cursor.managed_cursor import ManagedCursor
+from stripemq.managed_ledger.managed_ledger import InitialPosition, ManagedLedger
+from stripemq.managed_ledger.position import Position
 from stripemq.proto.frames import entry_metadata
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from sortedcontainers import SortedList
 
-from stripemq.cursor.position import Position
+from stripemq.managed_ledger.position import Position
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from stripemq.broker.delayed_delivery import DelayedDeliveryTracker
 from stripemq.broker.dispatch import ConsumerSlot, Dispatcher
-from stripemq.cursor.position import Position
+from stripemq.managed_ledger.position import Position
 
 
 @dataclass(frozen=True)

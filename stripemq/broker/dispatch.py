@@ -12,7 +12,7 @@ import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from stripemq.cursor.position import Position
+from stripemq.managed_ledger.position import Position
 
 _slot_ids = itertools.count()
 

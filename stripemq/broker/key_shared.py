@@ -18,7 +18,7 @@ from itertools import pairwise
 import mmh3
 
 from stripemq.broker.dispatch import ConsumerSlot, Dispatcher
-from stripemq.cursor.position import Position
+from stripemq.managed_ledger.position import Position
 
 HASH_RANGE = 65_536
 REPLICA_POINTS = 100  # points per consumer on the ring (Pulsar's default)

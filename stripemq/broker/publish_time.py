@@ -25,8 +25,8 @@ import bisect
 import logging
 from collections.abc import Callable, Iterable
 
-from stripemq.cursor.ledger_chain import LedgerChain
-from stripemq.cursor.position import Position
+from stripemq.managed_ledger.ledger_chain import LedgerChain
+from stripemq.managed_ledger.position import Position
 from stripemq.proto.frames import entry_metadata
 
 log = logging.getLogger(__name__)

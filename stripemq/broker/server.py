@@ -8,9 +8,9 @@ import logging
 
 from stripemq.bookie.client import BookKeeper
 from stripemq.broker.connection import DEFAULT_MAX_PENDING_PUBLISHES, ServerConnection
-from stripemq.broker.managed_ledger_config import ManagedLedgerConfig
 from stripemq.broker.ownership import BrokerInfo
 from stripemq.broker.service import BrokerService, TopicPolicies
+from stripemq.managed_ledger.config import ManagedLedgerConfig
 from stripemq.metadata import MetadataStore
 from stripemq.proto.frames import DEFAULT_MAX_MESSAGE_SIZE
 

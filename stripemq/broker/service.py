@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from stripemq.bookie.client import BookKeeper
 from stripemq.broker.dedup import Deduplication
 from stripemq.broker.delayed_delivery import DelayedDeliveryConfig
-from stripemq.broker.managed_ledger import ManagedLedgerFactory
-from stripemq.broker.managed_ledger_config import ManagedLedgerConfig
 from stripemq.broker.names import check_topic_supported
 from stripemq.broker.namespaces import check_namespace, ensure_defaults
 from stripemq.broker.ownership import BrokerInfo, Bundle, Ownership, bundle_of
@@ -28,6 +26,8 @@ from stripemq.broker.partitions import (
 )
 from stripemq.broker.topic import BrokerError, PersistentTopic
 from stripemq.errors import StripeMQError
+from stripemq.managed_ledger.config import ManagedLedgerConfig
+from stripemq.managed_ledger.managed_ledger import ManagedLedgerFactory
 from stripemq.metadata import MetadataStore
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.topic_name import TopicName

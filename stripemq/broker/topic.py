@@ -28,14 +28,14 @@ from stripemq.broker.dispatch import (
     SingleActiveDispatcher,
 )
 from stripemq.broker.key_shared import ConsumerAssignError, KeySharedDispatcher
-from stripemq.broker.managed_ledger import InitialPosition, ManagedLedger
 from stripemq.broker.names import check_subscription_name
 from stripemq.broker.publish_time import PublishTimeSearch, publish_time_of
-from stripemq.cursor.managed_cursor import ManagedCursor
-from stripemq.cursor.non_durable import NonDurableCursor
-from stripemq.cursor.position import Position
-from stripemq.cursor.state import BatchAck
 from stripemq.errors import ManagedLedgerClosedError, ManagedLedgerFencedError, StripeMQError
+from stripemq.managed_ledger.cursor.managed_cursor import ManagedCursor
+from stripemq.managed_ledger.cursor.non_durable import NonDurableCursor
+from stripemq.managed_ledger.cursor.state import BatchAck
+from stripemq.managed_ledger.managed_ledger import InitialPosition, ManagedLedger
+from stripemq.managed_ledger.position import Position
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.ack_set import MAX_BATCH_SIZE, bits_of, words_of
 from stripemq.proto.frames import entry_metadata

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from stripemq.client.compression import compress
 from stripemq.client.message import Message, MessageId
 from stripemq.proto import pulsar_api_pb2 as pb
+from stripemq.proto.compression import compress
 from stripemq.proto.frames import BatchMessage, encode_batch
 
 T = TypeVar("T")

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from stripemq.client.compression import decompress
 from stripemq.client.connection import ClientConnection
 from stripemq.client.dead_letter import DeadLetters
 from stripemq.client.handler import ConnectionHandler
@@ -46,6 +45,7 @@ from stripemq.errors import (
 )
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.ack_set import bits_of
+from stripemq.proto.compression import decompress
 from stripemq.proto.frames import Frame, ProtocolError, decode_batch
 
 if TYPE_CHECKING:

@@ -14,9 +14,9 @@ import random
 import sys
 
 from stripemq.bookie.client import BookKeeper, ClientConfig
-from stripemq.broker.managed_ledger import InitialPosition, ManagedLedgerFactory
-from stripemq.broker.managed_ledger_config import ManagedLedgerConfig
-from stripemq.cursor.config import CursorConfig
+from stripemq.managed_ledger.config import ManagedLedgerConfig
+from stripemq.managed_ledger.cursor.config import CursorConfig
+from stripemq.managed_ledger.managed_ledger import InitialPosition, ManagedLedgerFactory
 from stripemq.metadata import create_metadata_store
 
 CONFIG = ManagedLedgerConfig(

@@ -10,9 +10,9 @@ import pulsar
 import pytest
 
 from stripemq.bookie.client import BookKeeper, ClientConfig
-from stripemq.broker.managed_ledger_config import ManagedLedgerConfig
 from stripemq.broker.server import BrokerServer
 from stripemq.broker.service import TopicPolicies
+from stripemq.managed_ledger.config import ManagedLedgerConfig
 from stripemq.metadata import MetadataStore
 from stripemq.testing.broker import broker_on_bookies
 from stripemq.testing.cluster import BookieCluster

@@ -8,10 +8,10 @@ import uuid
 
 import pytest
 
-from stripemq.broker.managed_ledger import ManagedLedger
 from stripemq.broker.server import BrokerServer
 from stripemq.client import aio
-from stripemq.cursor.position import Position
+from stripemq.managed_ledger.managed_ledger import ManagedLedger
+from stripemq.managed_ledger.position import Position
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.testing.raw_connection import RawConnection
 

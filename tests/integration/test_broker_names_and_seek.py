@@ -17,9 +17,9 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from stripemq.broker.managed_ledger_config import ManagedLedgerConfig
 from stripemq.broker.namespaces import create_namespace, create_tenant
 from stripemq.broker.server import BrokerServer
+from stripemq.managed_ledger.config import ManagedLedgerConfig
 from stripemq.metadata import MetadataStore
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.frames import FrameDecoder, encode_command

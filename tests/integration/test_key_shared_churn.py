@@ -15,8 +15,8 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from stripemq.broker.managed_ledger_config import ManagedLedgerConfig
 from stripemq.broker.server import BrokerServer
+from stripemq.managed_ledger.config import ManagedLedgerConfig
 from stripemq.metadata import MetadataStore
 from stripemq.testing.broker import broker_on_bookies
 

@@ -10,11 +10,11 @@ import pytest
 
 from stripemq.bookie.client import BookKeeper, ClientConfig
 from stripemq.bookie.client.ledger_manager import LedgerManager
-from stripemq.cursor.config import CursorConfig
-from stripemq.cursor.ledger_chain import LedgerChain, LedgerInfo
-from stripemq.cursor.managed_cursor import CursorEnvironment, ManagedCursor
-from stripemq.cursor.position import Position
 from stripemq.errors import ManagedLedgerFencedError
+from stripemq.managed_ledger.cursor.config import CursorConfig
+from stripemq.managed_ledger.cursor.managed_cursor import CursorEnvironment, ManagedCursor
+from stripemq.managed_ledger.ledger_chain import LedgerChain, LedgerInfo
+from stripemq.managed_ledger.position import Position
 from stripemq.metadata import MetadataStore
 from stripemq.testing.cluster import BookieCluster
 from stripemq.testing.polling import until

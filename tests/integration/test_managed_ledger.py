@@ -16,14 +16,6 @@ import pytest
 
 from stripemq.bookie.client import BookKeeper, ClientConfig
 from stripemq.bookie.client.ledger_manager import LedgerManager
-from stripemq.broker.managed_ledger import (
-    InitialPosition,
-    ManagedLedgerFactory,
-    managed_ledger_path,
-)
-from stripemq.broker.managed_ledger_config import ManagedLedgerConfig
-from stripemq.cursor.config import CursorConfig
-from stripemq.cursor.position import Position
 from stripemq.errors import (
     CursorNotFoundError,
     InvalidCursorPositionError,
@@ -32,6 +24,14 @@ from stripemq.errors import (
     ManagedLedgerFencedError,
     ManagedLedgerNotFoundError,
 )
+from stripemq.managed_ledger.config import ManagedLedgerConfig
+from stripemq.managed_ledger.cursor.config import CursorConfig
+from stripemq.managed_ledger.ledger_list import managed_ledger_path
+from stripemq.managed_ledger.managed_ledger import (
+    InitialPosition,
+    ManagedLedgerFactory,
+)
+from stripemq.managed_ledger.position import Position
 from stripemq.metadata import MetadataStore, create_metadata_store
 from stripemq.testing.cluster import BookieCluster
 

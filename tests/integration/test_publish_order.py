@@ -19,9 +19,9 @@ import pulsar
 import pytest
 
 import stripemq.client
-from stripemq.broker.managed_ledger_config import ManagedLedgerConfig
 from stripemq.broker.server import BrokerServer
 from stripemq.broker.service import TopicPolicies
+from stripemq.managed_ledger.config import ManagedLedgerConfig
 from stripemq.metadata import MetadataStore
 from stripemq.testing.broker import broker_on_bookies
 from stripemq.testing.pipelined import send_all_then_read

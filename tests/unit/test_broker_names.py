@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from stripemq.broker.managed_ledger import InitialPosition
 from stripemq.broker.names import (
     ReservedSubscriptionNameError,
     UnsupportedTopicError,
@@ -13,7 +12,8 @@ from stripemq.broker.names import (
     check_topic_supported,
 )
 from stripemq.broker.topic import PersistentTopic
-from stripemq.cursor.ledger_chain import LedgerChain
+from stripemq.managed_ledger.ledger_chain import LedgerChain
+from stripemq.managed_ledger.managed_ledger import InitialPosition
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.topic_name import TopicName
 

@@ -7,11 +7,11 @@ from typing import cast
 import pytest
 
 from stripemq.broker.dispatch import ConsumerSlot
-from stripemq.broker.managed_ledger import ManagedLedger
 from stripemq.broker.topic import BrokerError, Consumer, PersistentTopic, Subscription
-from stripemq.cursor.ledger_chain import LedgerChain, LedgerInfo
-from stripemq.cursor.non_durable import NonDurableCursor
-from stripemq.cursor.position import Position
+from stripemq.managed_ledger.cursor.non_durable import NonDurableCursor
+from stripemq.managed_ledger.ledger_chain import LedgerChain, LedgerInfo
+from stripemq.managed_ledger.managed_ledger import ManagedLedger
+from stripemq.managed_ledger.position import Position
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.ack_set import words_of
 from stripemq.proto.topic_name import TopicName

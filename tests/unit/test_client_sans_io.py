@@ -18,7 +18,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stripemq.client.batching import BatchContainer, OutgoingMessage, build_batch, build_single
-from stripemq.client.compression import compress, decompress
 from stripemq.client.consumer import _after, _StartFilter
 from stripemq.client.message import Message, MessageId
 from stripemq.client.options import HashingScheme, PartitionsRoutingMode
@@ -66,6 +65,7 @@ from stripemq.errors import (
 )
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.ack_set import bits_of, words_of
+from stripemq.proto.compression import compress, decompress
 from stripemq.proto.frames import (
     FrameDecoder,
     ProtocolError,

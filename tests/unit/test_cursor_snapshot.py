@@ -6,9 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stripemq.cursor.ledger_chain import LedgerChain, LedgerInfo
-from stripemq.cursor.position import Position
-from stripemq.cursor.snapshot import (
+from stripemq.managed_ledger.cursor.snapshot import (
     SnapshotFormatError,
     chunk_entry_ids,
     decode_chunk,
@@ -17,7 +15,9 @@ from stripemq.cursor.snapshot import (
     plan_snapshot,
     restore_state,
 )
-from stripemq.cursor.state import SEGMENT_BITS, BatchAck, CursorState, segment_of
+from stripemq.managed_ledger.cursor.state import SEGMENT_BITS, BatchAck, CursorState, segment_of
+from stripemq.managed_ledger.ledger_chain import LedgerChain, LedgerInfo
+from stripemq.managed_ledger.position import Position
 
 SEG = 1 << SEGMENT_BITS
 

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from stripemq.cursor.ledger_chain import LedgerChain, LedgerInfo
-from stripemq.cursor.position import Position
-from stripemq.cursor.state import BatchAck, CursorState
 from stripemq.errors import InvalidCursorPositionError
+from stripemq.managed_ledger.cursor.state import BatchAck, CursorState
+from stripemq.managed_ledger.ledger_chain import LedgerChain, LedgerInfo
+from stripemq.managed_ledger.position import Position
 
 LEDGER_IDS = (3, 4, 7, 9)
 

@@ -15,12 +15,12 @@ from stripemq.broker.delayed_delivery import DelayedDeliveryConfig, DelayedDeliv
 from stripemq.broker.delivery import DeliveryState, EntryInfo
 from stripemq.broker.dispatch import ConsumerSlot, Dispatcher, RoundRobinDispatcher
 from stripemq.broker.key_shared import KeySharedDispatcher
-from stripemq.broker.managed_ledger import Entry
 from stripemq.broker.topic import Consumer, Subscription, entry_info
-from stripemq.cursor.ledger_chain import LedgerChain, LedgerInfo
-from stripemq.cursor.non_durable import NonDurableCursor
-from stripemq.cursor.position import Position
 from stripemq.errors import ConfigError
+from stripemq.managed_ledger.cursor.non_durable import NonDurableCursor
+from stripemq.managed_ledger.ledger_chain import LedgerChain, LedgerInfo
+from stripemq.managed_ledger.managed_ledger import Entry
+from stripemq.managed_ledger.position import Position
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.frames import encode_entry
 from stripemq.testing.polling import until

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from stripemq.broker.entry_cache import EntryCacheManager
-from stripemq.cursor.position import Position
+from stripemq.managed_ledger.entry_cache import EntryCacheManager
+from stripemq.managed_ledger.position import Position
 
 
 def test_one_budget_for_all_topics_evicts_the_least_recently_used_anywhere() -> None:

@@ -13,7 +13,7 @@ from stripemq.broker.key_shared import (
     KeySharedDispatcher,
     sticky_key_hash,
 )
-from stripemq.cursor.position import Position
+from stripemq.managed_ledger.position import Position
 
 
 def test_hashes_are_murmur3_positive_mod_65536() -> None:

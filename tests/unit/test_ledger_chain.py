@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from stripemq.cursor.ledger_chain import LedgerChain, LedgerInfo
-from stripemq.cursor.position import Position
+from stripemq.managed_ledger.ledger_chain import LedgerChain, LedgerInfo
+from stripemq.managed_ledger.position import Position
 
 
 def chain() -> LedgerChain:

@@ -12,15 +12,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stripemq.broker.managed_ledger import Entry
 from stripemq.broker.publish_time import (
     PublishTimeSearch,
     find_first_published,
     publish_time_of,
 )
 from stripemq.broker.topic import PersistentTopic
-from stripemq.cursor.ledger_chain import LedgerChain, LedgerInfo
-from stripemq.cursor.position import Position
+from stripemq.managed_ledger.ledger_chain import LedgerChain, LedgerInfo
+from stripemq.managed_ledger.managed_ledger import Entry
+from stripemq.managed_ledger.position import Position
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.frames import encode_entry
 from stripemq.proto.topic_name import TopicName

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from stripemq.cursor.position import ENTRY_MASK, Position, position_key
-from stripemq.cursor.range_set import RangeSet, decode_key_ranges, encode_key_ranges
+from stripemq.managed_ledger.cursor.range_set import RangeSet, decode_key_ranges, encode_key_ranges
+from stripemq.managed_ledger.position import ENTRY_MASK, Position, position_key
 
 ledgers = st.integers(0, 3)
 # Mostly small entry ids, sometimes the very last entries of a ledger (the edge of a key).

@@ -15,28 +15,15 @@ from __future__ import annotations
 import asyncio
 import enum
 import functools
-import json
 import logging
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from urllib.parse import quote, unquote
 
 from stripemq.bookie.client import BookKeeper
 from stripemq.bookie.client.ledger_handle import LedgerHandle
 from stripemq.bookie.client.reader import ReadHandle
-from stripemq.broker.entry_cache import EntryCacheManager
-from stripemq.broker.managed_ledger_config import ManagedLedgerConfig
-from stripemq.cursor.ledger_chain import LedgerChain, LedgerInfo
-from stripemq.cursor.managed_cursor import (
-    CursorEnvironment,
-    CursorStats,
-    ManagedCursor,
-    now_ms,
-)
-from stripemq.cursor.non_durable import NonDurableCursor
-from stripemq.cursor.position import Position
 from stripemq.errors import (
     BadVersionError,
     BookieError,
@@ -51,12 +38,28 @@ from stripemq.errors import (
     NoSuchLedgerError,
     StripeMQError,
 )
+from stripemq.managed_ledger.config import ManagedLedgerConfig
+from stripemq.managed_ledger.cursor.managed_cursor import (
+    CursorEnvironment,
+    CursorStats,
+    ManagedCursor,
+    now_ms,
+)
+from stripemq.managed_ledger.cursor.non_durable import NonDurableCursor
+from stripemq.managed_ledger.entry_cache import EntryCacheManager
+from stripemq.managed_ledger.ledger_chain import LedgerChain, LedgerInfo
+from stripemq.managed_ledger.ledger_list import (
+    LedgerList,
+    child_name,
+    cursor_path,
+    managed_ledger_path,
+)
+from stripemq.managed_ledger.position import Position
 from stripemq.metadata import MetadataStore
 from stripemq.retry import Backoff
 
 log = logging.getLogger(__name__)
 
-ROOT = "/stripemq/managed-ledgers"
 HOUSEKEEPING_INTERVAL_S = 5.0
 # How long sealing a ledger by recovery is retried before the rollover gives up.
 RECOVERY_DEADLINE_S = 30.0
@@ -104,32 +107,6 @@ class ManagedLedgerStats:
     cursors: dict[str, CursorStats] = field(default_factory=dict)
 
 
-def managed_ledger_path(name: str) -> str:
-    """The metadata node of a managed ledger named like ``tenant/ns/persistent/topic``."""
-    parts = name.split("/")
-    if not name or any(p in ("", ".", "..") for p in parts):
-        raise ManagedLedgerError(f"invalid managed ledger name {name!r}")
-    return f"{ROOT}/" + "/".join(quote(p, safe="-_.") for p in parts)
-
-
-def _encode_info(chain: LedgerChain, properties: dict[str, str]) -> bytes:
-    return json.dumps(
-        {"ledgers": [info.to_json() for info in chain], "properties": properties},
-        separators=(",", ":"),
-    ).encode()
-
-
-def _decode_info(raw: bytes, name: str) -> tuple[LedgerChain, dict[str, str]]:
-    try:
-        doc = json.loads(raw) if raw else {}
-        chain = LedgerChain(LedgerInfo.from_json(item) for item in doc.get("ledgers", []))
-        return chain, {str(k): str(v) for k, v in doc.get("properties", {}).items()}
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ManagedLedgerError(
-            f"metadata of managed ledger {name} is unreadable: {exc}"
-        ) from None
-
-
 class ManagedLedgerFactory:
     """Opens managed ledgers on one metadata store and ledger client (neither owned)."""
 
@@ -160,7 +137,7 @@ class ManagedLedgerFactory:
     async def names_under(self, prefix: str) -> list[str]:
         """Names of the managed ledgers directly under ``prefix`` (``a/b`` -> ``a/b/x``...)."""
         children = await self.store.children(managed_ledger_path(prefix))
-        return [f"{prefix}/{unquote(child)}" for child in children]
+        return [f"{prefix}/{child_name(child)}" for child in children]
 
     async def delete(self, name: str) -> None:
         """Delete a managed ledger, its cursors and all their ledgers."""
@@ -238,14 +215,15 @@ class ManagedLedger:
             if not create:
                 raise ManagedLedgerNotFoundError(f"managed ledger {self.name} does not exist")
             try:
-                await self.store.create(self.path, _encode_info(LedgerChain(), {}))
+                await self.store.create(self.path, LedgerList().encode())
             except NodeExistsError:
                 pass
             found = await self.store.get(self.path)
             assert found is not None
         raw, stat = found
         self._version = stat.version
-        self.chain, self.properties = _decode_info(raw, self.name)
+        listed = LedgerList.decode(raw, self.name)
+        self.chain, self.properties = listed.chain, listed.properties
         self.cursor_env.chain = self.chain
         empty = await self._recover_ledgers()
         handle = await self._new_ledger()
@@ -260,7 +238,7 @@ class ManagedLedger:
         for ledger_id in empty:  # dropped from the list just now
             await self._delete_ledger_quietly(ledger_id)
         for child in await self.store.children(self.path):
-            name = unquote(child)
+            name = child_name(child)
             self.cursors[name] = await ManagedCursor.recover(
                 name, f"{self.path}/{child}", self.cursor_env
             )
@@ -313,7 +291,7 @@ class ManagedLedger:
         async with self._info_lock:
             try:
                 stat = await self.store.put(
-                    self.path, _encode_info(self.chain, self.properties), self._version
+                    self.path, LedgerList(self.chain, self.properties).encode(), self._version
                 )
             except BadVersionError:
                 self._mark_fenced()
@@ -642,7 +620,7 @@ class ManagedLedger:
             return cursor
         if not name:
             raise ManagedLedgerError("a cursor needs a name")
-        path = f"{self.path}/{quote(name, safe='')}"
+        path = cursor_path(self.path, name)
         if initial_position is InitialPosition.LATEST:
             mark_delete = self.chain.last_confirmed()
         else:

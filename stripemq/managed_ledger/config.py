@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from stripemq.cursor.config import CursorConfig
 from stripemq.errors import ConfigError
+from stripemq.managed_ledger.cursor.config import CursorConfig
 
 
 @dataclass

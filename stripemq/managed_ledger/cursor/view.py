@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from stripemq.cursor.position import Position
-from stripemq.cursor.state import CursorState
+from stripemq.managed_ledger.cursor.state import CursorState
+from stripemq.managed_ledger.position import Position
 
 
 class CursorView:

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 
 from bitarray import bitarray
 
-from stripemq.cursor.batch_acks import BatchAcks
-from stripemq.cursor.ledger_chain import LedgerChain
-from stripemq.cursor.position import ENTRY_BITS, ENTRY_MASK, Position, position_key
-from stripemq.cursor.range_set import RangeSet
 from stripemq.errors import InvalidCursorPositionError
+from stripemq.managed_ledger.cursor.batch_acks import BatchAcks
+from stripemq.managed_ledger.cursor.range_set import RangeSet
+from stripemq.managed_ledger.ledger_chain import LedgerChain
+from stripemq.managed_ledger.position import ENTRY_BITS, ENTRY_MASK, Position, position_key
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from bitarray import bitarray
 from sortedcontainers import SortedDict
 
-from stripemq.cursor.position import Position
 from stripemq.errors import InvalidCursorPositionError
+from stripemq.managed_ledger.position import Position
 from stripemq.proto.ack_set import MAX_BATCH_SIZE
 
 

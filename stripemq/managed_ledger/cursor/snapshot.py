@@ -26,15 +26,15 @@ from dataclasses import dataclass, field
 
 from bitarray import bitarray
 
-from stripemq.cursor.position import ENTRY_BITS, Position, key_position, position_key
-from stripemq.cursor.range_set import (
+from stripemq.managed_ledger.cursor.range_set import (
     RangeSet,
     encode_key_ranges,
     get_varint,
     put_varint,
     read_key_ranges,
 )
-from stripemq.cursor.state import SEGMENT_BITS, CursorState, segment_of
+from stripemq.managed_ledger.cursor.state import SEGMENT_BITS, CursorState, segment_of
+from stripemq.managed_ledger.position import ENTRY_BITS, Position, key_position, position_key
 
 CHUNK_TAG = b"C"
 MARKER_TAG = b"M"

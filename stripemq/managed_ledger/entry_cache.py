@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from stripemq.cursor.position import Position
+from stripemq.managed_ledger.position import Position
 
 _Key = tuple["EntryCache", Position]
 

@@ -6,10 +6,10 @@ nothing, and does not hold back trimming.
 
 from __future__ import annotations
 
-from stripemq.cursor.ledger_chain import LedgerChain
-from stripemq.cursor.position import Position
-from stripemq.cursor.state import BatchAck, CursorState
-from stripemq.cursor.view import CursorView
+from stripemq.managed_ledger.cursor.state import BatchAck, CursorState
+from stripemq.managed_ledger.cursor.view import CursorView
+from stripemq.managed_ledger.ledger_chain import LedgerChain
+from stripemq.managed_ledger.position import Position
 
 
 class NonDurableCursor(CursorView):

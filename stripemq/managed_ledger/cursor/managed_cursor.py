@@ -19,21 +19,6 @@ from dataclasses import dataclass, field
 
 from stripemq.bookie.client import BookKeeper
 from stripemq.bookie.client.ledger_handle import LedgerHandle
-from stripemq.cursor.config import CursorConfig
-from stripemq.cursor.ledger_chain import LedgerChain
-from stripemq.cursor.position import Position
-from stripemq.cursor.range_set import RangeSet
-from stripemq.cursor.snapshot import (
-    SnapshotFormatError,
-    SnapshotPlan,
-    chunk_entry_ids,
-    decode_marker,
-    is_marker,
-    plan_snapshot,
-    restore_state,
-)
-from stripemq.cursor.state import BatchAck, CursorState
-from stripemq.cursor.view import CursorView
 from stripemq.errors import (
     BadVersionError,
     BookieError,
@@ -46,6 +31,21 @@ from stripemq.errors import (
     MetadataError,
     NoSuchLedgerError,
 )
+from stripemq.managed_ledger.cursor.config import CursorConfig
+from stripemq.managed_ledger.cursor.range_set import RangeSet
+from stripemq.managed_ledger.cursor.snapshot import (
+    SnapshotFormatError,
+    SnapshotPlan,
+    chunk_entry_ids,
+    decode_marker,
+    is_marker,
+    plan_snapshot,
+    restore_state,
+)
+from stripemq.managed_ledger.cursor.state import BatchAck, CursorState
+from stripemq.managed_ledger.cursor.view import CursorView
+from stripemq.managed_ledger.ledger_chain import LedgerChain
+from stripemq.managed_ledger.position import Position
 from stripemq.metadata import MetadataStore
 
 log = logging.getLogger(__name__)

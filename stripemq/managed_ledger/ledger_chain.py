@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from sortedcontainers import SortedDict
 
-from stripemq.cursor.position import Position
+from stripemq.managed_ledger.position import Position
 
 
 @dataclass

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 
 from sortedcontainers import SortedList
 
-from stripemq.cursor.position import ENTRY_BITS, Position, key_position, position_key
+from stripemq.managed_ledger.position import ENTRY_BITS, Position, key_position, position_key
 
 
 class RangeSet:
