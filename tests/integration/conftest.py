@@ -1,38 +1,9 @@
 """Fixtures of the integration tests: a fresh ZooKeeper namespace, a store on it, and a
-broker (in this process) over real bookie processes; modules may override ``broker``."""
+broker (in this process) over real bookie processes; modules may override ``broker``.
+The interop tests share them: both conftests take them from ``stripemq.testing.fixtures``."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator
-from pathlib import Path
+from stripemq.testing.fixtures import broker, metadata_url, store
 
-import pytest
-
-from stripemq.broker.server import BrokerServer
-from stripemq.metadata import MetadataStore, create_metadata_store
-from stripemq.testing.broker import broker_on_bookies
-
-
-@pytest.fixture
-def metadata_url(zookeeper_server, request: pytest.FixtureRequest) -> str:  # type: ignore[no-untyped-def]
-    """A ZooKeeper URL with a chroot of its own (named after the test module)."""
-    module = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
-    return zookeeper_server.url(f"/{module}-{uuid.uuid4().hex[:8]}")
-
-
-@pytest.fixture
-async def store(metadata_url: str) -> AsyncIterator[MetadataStore]:
-    s = create_metadata_store(metadata_url)
-    await s.start()
-    yield s
-    await s.close()
-
-
-@pytest.fixture
-async def broker(
-    metadata_url: str, store: MetadataStore, tmp_path: Path
-) -> AsyncIterator[BrokerServer]:
-    """A broker with default settings over two bookie processes."""
-    async with broker_on_bookies(metadata_url, store, tmp_path) as server:
-        yield server
+__all__ = ["broker", "metadata_url", "store"]

@@ -206,7 +206,7 @@ async def test_a_million_entries_acked_every_other_one(
     config = CursorConfig(snapshot_max_unpersisted_acks=10_000_000)
     cursor = await new_cursor(store, bk, chain, config)
     cursor.ack([Position(LEDGER, i) for i in range(1, 1_000_000, 2)])
-    held = cursor.state.memory_bytes()  # checked against tracemalloc in test_range_set
+    held = cursor.state.memory_bytes()  # tracemalloc-checked in test_managed_ledger_range_set
     assert cursor.state.holes_count == 500_000
     await cursor.flush()
     snapshot = cursor.last_snapshot_bytes
