@@ -20,7 +20,7 @@ from stripemq.errors import (
     BookieError,
     BookieTimeoutError,
     BookieUnavailableError,
-    bookie_error_from_code,
+    error_for_bk_code,
 )
 from stripemq.proto import bookie_pb2 as pb
 from stripemq.proto import bookie_pb2_grpc as pb_grpc
@@ -56,7 +56,7 @@ def _error_from_rpc(exc: grpc.aio.AioRpcError, address: str) -> BookieError:
     """Rebuild the typed error from a failed unary call."""
     for key, value in exc.trailing_metadata() or ():
         if key == "bk-code":
-            return bookie_error_from_code(int(value), exc.details() or "")
+            return error_for_bk_code(int(value), exc.details() or "")
     return BookieUnavailableError(f"bookie {address}: {exc.code().name}: {exc.details()}")
 
 
@@ -181,17 +181,19 @@ class BookieClient:
         receiver.add_done_callback(self._receivers.discard)
         return stream
 
-    async def _receive_loop(self, stream: grpc.aio.StreamStreamCall) -> None:
+    async def _receive_loop(
+        self, stream: grpc.aio.StreamStreamCall[pb.AddRequest, pb.AddResponse]
+    ) -> None:
         try:
             while True:
                 response = await stream.read()
-                if response is grpc.aio.EOF:
+                if not isinstance(response, pb.AddResponse):  # grpc.aio.EOF: the stream ended
                     break
                 for result in response.results:
                     if result.code == 0:
                         self._resolve(result.request_id, (result.ledger_id, result.entry_id))
                     else:
-                        error = bookie_error_from_code(result.code, result.message)
+                        error = error_for_bk_code(result.code, result.message)
                         self._resolve(result.request_id, error)
             error = BookieUnavailableError(f"bookie {self.address} closed the add stream")
         except grpc.aio.AioRpcError as exc:
@@ -230,7 +232,7 @@ class BookieClient:
 
     # ------------------------------------------------------------------ unary calls
 
-    async def _call(self, method, request, call_timeout: float | None = None):  # type: ignore[no-untyped-def]
+    async def _call(self, method, request, call_timeout: float | None = None):
         if self._stub is None:
             raise BookieUnavailableError(f"client of {self.address} is not connected")
         try:

@@ -172,7 +172,7 @@ class BookieService(pb_grpc.BookieServicer):
         try:
             return await work
         except BookieError as exc:
-            error, status = exc, exc.grpc_status
+            error, status = exc, grpc.StatusCode[exc.grpc_status]
         except asyncio.CancelledError:
             raise
         except Exception as exc:

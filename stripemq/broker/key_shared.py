@@ -18,14 +18,11 @@ from itertools import pairwise
 import mmh3
 
 from stripemq.broker.dispatch import ConsumerSlot, Dispatcher
+from stripemq.errors import ConsumerAssignError
 from stripemq.managed_ledger.position import Position
 
 HASH_RANGE = 65_536
 REPLICA_POINTS = 100  # points per consumer on the ring (Pulsar's default)
-
-
-class ConsumerAssignError(ValueError):
-    """A STICKY consumer's ranges overlap another's (the protocol's ConsumerAssignError)."""
 
 
 def disjoint_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:

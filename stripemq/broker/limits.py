@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from stripemq.broker.key_shared import ConsumerAssignError, disjoint_ranges
-from stripemq.broker.topic import BrokerError
+from stripemq.broker.key_shared import disjoint_ranges
+from stripemq.errors import BrokerError, ConsumerAssignError
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.ack_set import MAX_BATCH_SIZE, words_for
 
@@ -257,7 +257,7 @@ def _check_properties(
     properties: Sequence[pb.KeyValue],
     max_size: int,
     limits: BrokerLimits,
-    code: int,
+    code: pb.ServerError,
 ) -> None:
     """Count first (free), then characters of keys and values, stopping at the bound."""
     if len(properties) > limits.max_properties:

@@ -18,6 +18,7 @@ import logging
 
 from stripemq.broker.dedup import CURSOR_NAME as DEDUPLICATION_CURSOR
 from stripemq.errors import StripeMQError
+from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.topic_name import TopicName
 
 log = logging.getLogger(__name__)
@@ -37,13 +38,13 @@ REPLICATOR_PREFIX = "pulsar.repl"
 class UnsupportedTopicError(StripeMQError):
     """A topic of a kind this broker does not serve (``non-persistent://``)."""
 
-    server_error = "NotAllowedError"
+    server_error = pb.NotAllowedError
 
 
 class ReservedSubscriptionNameError(StripeMQError):
     """A subscription name clients may not use (empty, or reserved for the broker)."""
 
-    server_error = "NotAllowedError"
+    server_error = pb.NotAllowedError
 
 
 def check_topic_supported(topic: TopicName) -> None:

@@ -16,6 +16,7 @@ import logging
 from stripemq.broker.ownership import DEFAULT_BUNDLES
 from stripemq.errors import NodeExistsError, StripeMQError
 from stripemq.metadata import MetadataStore
+from stripemq.proto import pulsar_api_pb2 as pb
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ class NamespaceNotFoundError(StripeMQError):
     topic with ``TopicNotFound`` ("Tenant or namespace or topic does not exist"), which the
     clients report at once rather than retrying."""
 
-    server_error = "TopicNotFound"
+    server_error = pb.TopicNotFound
 
 
 async def create_tenant(store: MetadataStore, tenant: str, clusters: list[str]) -> None:

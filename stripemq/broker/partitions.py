@@ -11,13 +11,14 @@ from urllib.parse import quote
 
 from stripemq.errors import NodeExistsError, StripeMQError
 from stripemq.metadata import MetadataStore
+from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.topic_name import InvalidTopicNameError, TopicName
 
 ROOT = "/stripemq/partitioned-topics"
 
 
 class PartitionedTopicExistsError(StripeMQError):
-    server_error = "NotAllowedError"
+    server_error = pb.NotAllowedError
 
 
 def partitions_path(topic: TopicName) -> str:

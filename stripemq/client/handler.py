@@ -10,58 +10,13 @@ import logging
 from typing import TYPE_CHECKING
 
 from stripemq.client.connection import ClientConnection
-from stripemq.errors import (
-    AlreadyClosedError,
-    AuthenticationError,
-    AuthorizationError,
-    ChecksumClientError,
-    ClientError,
-    ConsumerAssignError,
-    IncompatibleSchemaError,
-    InvalidConfigurationError,
-    InvalidTopicNameError,
-    NotAllowedError,
-    ProducerFencedError,
-    StripeMQError,
-    SubscriptionNotFoundError,
-    TopicNotFoundError,
-    TopicTerminatedError,
-    UnsupportedVersionError,
-)
+from stripemq.errors import AlreadyClosedError, StripeMQError, is_retriable
 from stripemq.retry import Backoff
 
 if TYPE_CHECKING:
     from stripemq.client.client import AsyncClient
 
 log = logging.getLogger(__name__)
-
-
-# What no further attempt can fix (as Java's PulsarClientException.isRetriableError).
-_FATAL: tuple[type[BaseException], ...] = (
-    AuthenticationError,
-    AuthorizationError,
-    TopicNotFoundError,
-    InvalidTopicNameError,
-    IncompatibleSchemaError,
-    NotAllowedError,
-    ProducerFencedError,
-    TopicTerminatedError,
-    UnsupportedVersionError,
-    InvalidConfigurationError,
-    ChecksumClientError,
-    ConsumerAssignError,
-    SubscriptionNotFoundError,
-)
-
-
-def is_retriable(exc: BaseException, *, reconnecting: bool) -> bool:
-    """Whether another attempt may succeed. A first attachment retries only what is
-    meant to pass (timeouts, an unready or unreachable broker); a reconnection keeps
-    trying everything but what no attempt can fix, "busy" included (the broker has not
-    yet noticed that this client's previous attachment is gone)."""
-    if reconnecting:
-        return isinstance(exc, StripeMQError) and not isinstance(exc, _FATAL)
-    return isinstance(exc, ClientError) and exc.retriable
 
 
 class ConnectionHandler:

@@ -8,11 +8,8 @@ import pytest
 
 from stripemq.broker.delivery import DeliveryState, EntryInfo
 from stripemq.broker.dispatch import ConsumerSlot
-from stripemq.broker.key_shared import (
-    ConsumerAssignError,
-    KeySharedDispatcher,
-    sticky_key_hash,
-)
+from stripemq.broker.key_shared import KeySharedDispatcher, sticky_key_hash
+from stripemq.errors import ConsumerAssignError
 from stripemq.managed_ledger.position import Position
 
 

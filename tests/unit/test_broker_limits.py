@@ -22,7 +22,7 @@ from stripemq.broker.limits import (
     check_subscribe,
     permits_to_grant,
 )
-from stripemq.broker.topic import BrokerError
+from stripemq.errors import BrokerError
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.ack_set import MAX_BATCH_SIZE, bits_of
 

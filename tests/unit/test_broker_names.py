@@ -25,14 +25,14 @@ def test_non_persistent_topics_are_refused_with_not_allowed() -> None:
     check_topic_supported(TopicName.parse("t"))
     with pytest.raises(UnsupportedTopicError, match="non-persistent topics are not supported"):
         check_topic_supported(TopicName.parse("non-persistent://public/default/t"))
-    assert UnsupportedTopicError.server_error == pb.ServerError.Name(pb.NotAllowedError)
+    assert UnsupportedTopicError.server_error == pb.NotAllowedError
 
 
 @pytest.mark.parametrize("name", RESERVED)
 def test_reserved_and_empty_subscription_names_are_refused(name: str) -> None:
     with pytest.raises(ReservedSubscriptionNameError):
         check_subscription_name(name)
-    assert ReservedSubscriptionNameError.server_error == pb.ServerError.Name(pb.NotAllowedError)
+    assert ReservedSubscriptionNameError.server_error == pb.NotAllowedError
 
 
 @pytest.mark.parametrize("name", ["sub", "pulsar", "pulsar.dedup2", "my.pulsar.repl", "reader-1"])
@@ -56,7 +56,7 @@ class NoCursors:
 async def test_the_topic_refuses_them_before_opening_a_cursor(name: str) -> None:
     topic = PersistentTopic(TopicName.parse("t"), NoCursors())  # type: ignore[arg-type]
     with pytest.raises(ReservedSubscriptionNameError):
-        await topic.subscribe(name, pb.CommandSubscribe.Exclusive, InitialPosition.EARLIEST)
+        await topic.subscribe(name, pb.CommandSubscribe.Exclusive, InitialPosition.Earliest)
     with pytest.raises(ReservedSubscriptionNameError):
         topic.subscribe_non_durable(name, pb.CommandSubscribe.Exclusive, None)
     assert topic.subscriptions == {}

@@ -24,6 +24,7 @@ from stripemq.broker.partitions import create_partitioned_topic
 from stripemq.broker.service import BrokerService, TopicPolicies
 from stripemq.errors import NodeExistsError
 from stripemq.metadata import MetadataStore, create_metadata_store
+from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.topic_name import TopicName
 from stripemq.testing.metadata import metadata_tree
 
@@ -79,7 +80,7 @@ async def test_a_missing_namespace_is_refused_and_nothing_is_written(
     with pytest.raises(NamespaceNotFoundError):
         await service.get_topic(name)
     assert await metadata_tree(store) == before
-    assert NamespaceNotFoundError.server_error == "TopicNotFound"
+    assert NamespaceNotFoundError.server_error == pb.TopicNotFound
     assert service.ownership.owned == set()
 
 

@@ -7,7 +7,8 @@ from typing import cast
 import pytest
 
 from stripemq.broker.dispatch import ConsumerSlot
-from stripemq.broker.topic import BrokerError, Consumer, PersistentTopic, Subscription
+from stripemq.broker.topic import Consumer, PersistentTopic, Subscription
+from stripemq.errors import BrokerError
 from stripemq.managed_ledger.cursor.non_durable import NonDurableCursor
 from stripemq.managed_ledger.ledger_chain import LedgerChain, LedgerInfo
 from stripemq.managed_ledger.managed_ledger import ManagedLedger
