@@ -1,4 +1,10 @@
-"""One client connection: frames in, commands handled, frames out.
+"""One client connection: the asyncio driver of a ``ServerSession``.
+
+The session (``stripemq.proto.server_session``) holds the protocol: the handshake, PING,
+which producer and consumer ids exist and where each command goes. This class moves bytes
+between the socket and the session, serves the requests the session hands over, and owns
+what needs a loop: backpressure on SENDs, keep-alive, and pausing consumers while the
+client does not take what is written.
 
 Malformed frames close this connection only; a request the broker refuses gets ERROR (or
 SEND_ERROR) with the protocol's code; nothing a client sends can stop the broker.
@@ -12,7 +18,7 @@ import functools
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any
+from typing import Any, TypeAlias
 
 from google.protobuf.message import Message
 
@@ -20,22 +26,33 @@ from stripemq.broker import limits
 from stripemq.broker.dedup import DupStatus
 from stripemq.broker.dispatch import ConsumerSlot
 from stripemq.broker.service import BrokerService
-from stripemq.broker.topic import BrokerError, Consumer, Producer, Subscription
-from stripemq.errors import ManagedLedgerError, StripeMQError
-from stripemq.managed_ledger.managed_ledger import InitialPosition
+from stripemq.broker.topic import Consumer, Producer, Subscription
+from stripemq.errors import BrokerError, ManagedLedgerError, StripeMQError, server_error_of
 from stripemq.managed_ledger.position import Position
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.frames import (
     DEFAULT_MAX_MESSAGE_SIZE,
-    FRAME_PADDING,
     Frame,
-    FrameDecoder,
     ProtocolError,
-    command_body,
     encode_command,
     encode_payload_command,
 )
-from stripemq.proto.topic_name import InvalidTopicNameError, TopicName
+from stripemq.proto.initial_position import InitialPosition
+from stripemq.proto.server_session import (
+    CONSUMER_COMMANDS,
+    REQUESTS,
+    ClientConnected,
+    ConsumerCommand,
+    HandleKind,
+    MalformedCommand,
+    Request,
+    SendReceived,
+    ServerEvent,
+    ServerSession,
+    UnsupportedCommand,
+)
+from stripemq.proto.session import Keepalive, Liveness
+from stripemq.proto.topic_name import TopicName
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +73,6 @@ def start_position(message_id: pb.MessageIdData) -> Position | None:
     return Position(message_id.ledgerId, message_id.entryId)
 
 
-PROTOCOL_VERSION = 20
 SERVER_VERSION = "stripemq"
 # Sends in flight on one connection before the broker stops reading it
 # (Pulsar's maxPendingPublishRequestsPerConnection); reading resumes at half.
@@ -73,15 +89,12 @@ def generate_producer_name() -> str:
     return f"{SERVER_VERSION}-{uuid.uuid4().hex}"
 
 
-def _server_error(exc: BaseException) -> int:
-    if isinstance(exc, BrokerError):
-        return exc.server_error
-    if isinstance(exc, InvalidTopicNameError):
-        return pb.InvalidTopicName
-    name = getattr(exc, "server_error", None)
-    if isinstance(name, str):
-        return pb.ServerError.Value(name)
-    return pb.UnknownError
+def _server_error(exc: BaseException) -> pb.ServerError:
+    return server_error_of(exc)
+
+
+# What the session hands over to be served; each names its type and request id.
+Served: TypeAlias = Request | SendReceived[Producer] | ConsumerCommand[Consumer]
 
 
 class ServerConnection:
@@ -99,17 +112,14 @@ class ServerConnection:
         self.service = service
         self.keepalive_s = keepalive_s
         self.max_pending_publishes = max_pending_publishes
-        self._last_heard = asyncio.get_running_loop().time()
+        self.keepalive = Keepalive(keepalive_s, asyncio.get_running_loop().time())
         self.reader = reader
         self.writer = writer
         self.max_message_size = max_message_size
         self.peer = writer.get_extra_info("peername")
-        self.connected = False
-        self.producers: dict[int, Producer] = {}
-        self.consumers: dict[int, Consumer] = {}
-        # Ids whose PRODUCER or SUBSCRIBE is being handled: taken before the first await,
-        # so a repeated id cannot slip in meanwhile (Pulsar's putIfAbsent of a future).
-        self._pending_ids: set[tuple[str, int]] = set()
+        self.session: ServerSession[Producer, Consumer] = ServerSession(
+            SERVER_VERSION, max_message_size=max_message_size
+        )
         self._tasks: set[asyncio.Task[Any]] = set()
         # Backpressure: SENDs stored but not yet receipted, and whether reading may go on.
         self.pending_publishes = 0
@@ -119,39 +129,60 @@ class ServerConnection:
         # drain() returns below a quarter of the limit: dispatch resumes before the socket
         # runs dry.
         writer.transport.set_write_buffer_limits(high=MAX_UNSENT_BYTES, low=MAX_UNSENT_BYTES // 4)
-        self._handlers: dict[int, Callable[[Frame, Any], Awaitable[None] | None]] = {
-            pb.BaseCommand.PING: self._on_ping,
-            pb.BaseCommand.PONG: lambda frame, body: None,
+        # The session's REQUESTS, served with their bodies (coroutines run as tasks).
+        self._requests: dict[int, Callable[[Any], Awaitable[None] | None]] = {
             pb.BaseCommand.PARTITIONED_METADATA: self._on_partitioned_metadata,
             pb.BaseCommand.LOOKUP: self._on_lookup,
+            pb.BaseCommand.GET_TOPICS_OF_NAMESPACE: self._on_topics_of_namespace,
             pb.BaseCommand.PRODUCER: self._on_producer,
-            pb.BaseCommand.SEND: self._on_send,
             pb.BaseCommand.CLOSE_PRODUCER: self._on_close_producer,
             pb.BaseCommand.SUBSCRIBE: self._on_subscribe,
+            pb.BaseCommand.CLOSE_CONSUMER: self._on_close_consumer,
+            pb.BaseCommand.UNSUBSCRIBE: self._on_unsubscribe,
+            pb.BaseCommand.SEEK: self._on_seek,
+        }
+        # The session's CONSUMER_COMMANDS, served with their consumer and body.
+        self._consumer_commands: dict[int, Callable[[Any, Any], None]] = {
             pb.BaseCommand.FLOW: self._on_flow,
             pb.BaseCommand.ACK: self._on_ack,
             pb.BaseCommand.REDELIVER_UNACKNOWLEDGED_MESSAGES: self._on_redeliver,
-            pb.BaseCommand.CLOSE_CONSUMER: self._on_close_consumer,
-            pb.BaseCommand.UNSUBSCRIBE: self._on_unsubscribe,
             pb.BaseCommand.GET_LAST_MESSAGE_ID: self._on_get_last_message_id,
-            pb.BaseCommand.SEEK: self._on_seek,
-            pb.BaseCommand.GET_TOPICS_OF_NAMESPACE: self._on_topics_of_namespace,
         }
+        # The session decides what is served; a command it routes here must have a handler.
+        assert self._requests.keys() == REQUESTS, "handlers out of step with the session"
+        assert self._consumer_commands.keys() == CONSUMER_COMMANDS, "handlers out of step"
+
+    @property
+    def connected(self) -> bool:
+        return self.session.connected
+
+    @property
+    def producers(self) -> dict[int, Producer]:
+        """The producers on this connection, by id (the session's registry)."""
+        return self.session.producers
+
+    @property
+    def consumers(self) -> dict[int, Consumer]:
+        """The consumers on this connection, by id (the session's registry)."""
+        return self.session.consumers
 
     # ------------------------------------------------------------------ the loop
 
     async def serve(self) -> None:
-        decoder = FrameDecoder(self.max_message_size + FRAME_PADDING)
+        loop = asyncio.get_running_loop()
         keepalive = asyncio.ensure_future(self._keepalive())
         try:
             while data := await self.reader.read(256 * 1024):
-                self._last_heard = asyncio.get_running_loop().time()
-                for frame in decoder.feed(data):
+                self.keepalive.heard(loop.time())
+                for frame in self.session.feed(data):
                     if not self._publish_window.is_set():
                         await self._publish_window.wait()  # stop reading till receipts go out
                     if self.writer.is_closing():
                         return
-                    await self._dispatch(frame)
+                    event = self.session.receive_frame(frame)
+                    self._flush()
+                    if event is not None:
+                        self._act(event)
         except ProtocolError as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -165,125 +196,96 @@ class ServerConnection:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(self.keepalive_s)
+            now = loop.time()
             if not self._publish_window.is_set():
                 # Not reading (backpressure): the client's silence is ours. Pulsar too times
                 # out only connections it reads.
-                self._last_heard = loop.time()
+                self.keepalive.heard(now)
                 continue
-            quiet = loop.time() - self._last_heard
-            if quiet >= 2 * self.keepalive_s:
+            liveness = self.keepalive.check(now)
+            if liveness is Liveness.DEAD:
+                quiet = self.keepalive.quiet_for(now)
                 log.warning("no word from %s in %.0fs: closing the connection", self.peer, quiet)
                 self.writer.close()
                 return
-            if self.connected and quiet >= self.keepalive_s:
-                self.write(pb.CommandPing())
+            if liveness is Liveness.PING and self.session.connected:
+                self.session.ping()
+                self._flush()
 
-    async def _dispatch(self, frame: Frame) -> None:
-        body = command_body(frame.command)
-        if not self.connected:
-            if frame.command.type != pb.BaseCommand.CONNECT or body is None:
-                raise ProtocolError("the first command must be CONNECT")
-            self._on_connect(body)
+    def _act(self, event: ServerEvent) -> None:
+        """Serve what the session handed over; a request's refusal is answered here, and a
+        coroutine's in its task."""
+        if isinstance(event, ClientConnected):
+            log.debug(
+                "%s connected (%s, v%d)", self.peer, event.client_version, event.protocol_version
+            )
             return
-        handler = self._handlers.get(frame.command.type)
-        if handler is None:
-            self._refuse_unsupported(frame, body)
+        if isinstance(event, UnsupportedCommand):
+            log.info(
+                "unsupported command %s from %s", pb.BaseCommand.Type.Name(event.kind), self.peer
+            )
+            return
+        if isinstance(event, MalformedCommand):
+            log.info("%s from %s lacks its body", pb.BaseCommand.Type.Name(event.kind), self.peer)
             return
         try:
-            result = handler(frame, body)
+            result = self._serve(event)
         except (StripeMQError, ValueError) as exc:
-            self._refuse(frame, body, exc)
+            self._refuse(event, exc)
             return
         except Exception as exc:
-            self._refuse_for_bug(frame, body, exc)
+            self._refuse_for_bug(event, exc)
             return
         if result is not None:
-            task = asyncio.ensure_future(self._guard(frame, body, result))
+            task = asyncio.ensure_future(self._guard(event, result))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _guard(self, frame: Frame, body: Any, work: Awaitable[None]) -> None:
+    def _serve(self, event: Served) -> Awaitable[None] | None:
+        if isinstance(event, Request):
+            return self._requests[event.kind](event.body)
+        if isinstance(event, SendReceived):
+            self._on_send(event.producer, event.command, event.frame)
+            return None
+        self._consumer_commands[event.kind](event.consumer, event.body)
+        return None
+
+    async def _guard(self, event: Served, work: Awaitable[None]) -> None:
         """Run a request; a refusal or storage failure becomes ERROR for its request id,
         and so does a bug: every request gets an answer."""
         try:
             await work
         except (StripeMQError, ValueError) as exc:
-            self._refuse(frame, body, exc)
+            self._refuse(event, exc)
         except Exception as exc:
-            self._refuse_for_bug(frame, body, exc)
+            self._refuse_for_bug(event, exc)
 
-    def _refuse_for_bug(self, frame: Frame, body: Any, exc: Exception) -> None:
+    def _refuse_for_bug(self, event: Served, exc: Exception) -> None:
         """A handler failed in a way nobody planned for: log it, and still answer."""
-        log.exception("%s from %s failed", pb.BaseCommand.Type.Name(frame.command.type), self.peer)
-        self._refuse(frame, body, BrokerError(pb.UnknownError, f"internal error: {exc!r}"))
+        log.exception("%s from %s failed", pb.BaseCommand.Type.Name(event.kind), self.peer)
+        self._refuse(event, BrokerError(pb.UnknownError, f"internal error: {exc!r}"))
 
-    def _refuse(self, frame: Frame, body: Any, exc: BaseException) -> None:
-        request_id = getattr(body, "request_id", None)
-        kind = frame.command.type
-        log.info("%s from %s refused: %s", pb.BaseCommand.Type.Name(kind), self.peer, exc)
+    def _refuse(self, event: Served, exc: BaseException) -> None:
+        request_id = event.request_id
+        log.info("%s from %s refused: %s", pb.BaseCommand.Type.Name(event.kind), self.peer, exc)
         if request_id is None:
             return
-        error, message = _server_error(exc), str(exc)
-        # Lookups are answered with their own response types (clients wait for those).
-        if kind == pb.BaseCommand.LOOKUP:
-            self.write(
-                pb.CommandLookupTopicResponse(
-                    request_id=request_id,
-                    response=pb.CommandLookupTopicResponse.Failed,
-                    error=error,
-                    message=message,
-                )
-            )
-        elif kind == pb.BaseCommand.PARTITIONED_METADATA:
-            self.write(
-                pb.CommandPartitionedTopicMetadataResponse(
-                    request_id=request_id,
-                    response=pb.CommandPartitionedTopicMetadataResponse.Failed,
-                    error=error,
-                    message=message,
-                )
-            )
-        else:
-            self.write(pb.CommandError(request_id=request_id, error=error, message=message))
-
-    def _refuse_unsupported(self, frame: Frame, body: Message | None) -> None:
-        name = pb.BaseCommand.Type.Name(frame.command.type)
-        request_id = getattr(body, "request_id", None) if body is not None else None
-        log.info("unsupported command %s from %s", name, self.peer)
-        if request_id is not None:
-            self.write(
-                pb.CommandError(
-                    request_id=request_id,
-                    error=pb.NotAllowedError,
-                    message=f"{name} is not supported",
-                )
-            )
+        self.session.refuse(event.kind, request_id, _server_error(exc), str(exc))
+        self._flush()
 
     def write(self, message: Message) -> None:
         if not self.writer.is_closing():
             self.writer.write(encode_command(message))
 
-    # ------------------------------------------------------------------ connection
-
-    def _on_connect(self, connect: pb.CommandConnect) -> None:
-        self.connected = True
-        version = min(connect.protocol_version, PROTOCOL_VERSION)
-        self.write(
-            pb.CommandConnected(
-                server_version=SERVER_VERSION,
-                protocol_version=version,
-                max_message_size=self.max_message_size,
-            )
-        )
-
-    def _on_ping(self, frame: Frame, body: pb.CommandPing) -> None:
-        self.write(pb.CommandPong())
+    def _flush(self) -> None:
+        """Write what the session queued (its own answers)."""
+        data = self.session.data_to_send()
+        if data and not self.writer.is_closing():
+            self.writer.write(data)
 
     # ------------------------------------------------------------------ discovery
 
-    async def _on_partitioned_metadata(
-        self, frame: Frame, body: pb.CommandPartitionedTopicMetadata
-    ) -> None:
+    async def _on_partitioned_metadata(self, body: pb.CommandPartitionedTopicMetadata) -> None:
         partitions = await self.service.partitions(TopicName.parse(body.topic))
         self.write(
             pb.CommandPartitionedTopicMetadataResponse(
@@ -293,7 +295,7 @@ class ServerConnection:
             )
         )
 
-    async def _on_lookup(self, frame: Frame, body: pb.CommandLookupTopic) -> None:
+    async def _on_lookup(self, body: pb.CommandLookupTopic) -> None:
         url = await self.service.lookup(TopicName.parse(body.topic), body.authoritative)
         here = url == self.service.service_url
         self.write(
@@ -309,9 +311,7 @@ class ServerConnection:
             )
         )
 
-    async def _on_topics_of_namespace(
-        self, frame: Frame, body: pb.CommandGetTopicsOfNamespace
-    ) -> None:
+    async def _on_topics_of_namespace(self, body: pb.CommandGetTopicsOfNamespace) -> None:
         topics = []
         if body.mode != pb.CommandGetTopicsOfNamespace.NON_PERSISTENT:
             topics = await self.service.topics_of_namespace(body.namespace)
@@ -323,7 +323,7 @@ class ServerConnection:
 
     # ------------------------------------------------------------------ producing
 
-    async def _on_producer(self, frame: Frame, body: pb.CommandProducer) -> None:
+    async def _on_producer(self, body: pb.CommandProducer) -> None:
         limits.check_producer(body, len(self.producers))  # sizes and counts, before all else
         existing = self.producers.get(body.producer_id)
         if existing is not None and existing.topic.name == str(TopicName.parse(body.topic)):
@@ -345,7 +345,7 @@ class ServerConnection:
             await topic.subscribe(
                 body.initial_subscription_name,
                 pb.CommandSubscribe.Exclusive,
-                InitialPosition.EARLIEST,
+                InitialPosition.Earliest,
             )
         producer = Producer(body.producer_id, name, topic, self, body.producer_access_mode)
         await topic.add_producer(producer)
@@ -362,29 +362,24 @@ class ServerConnection:
         )
 
     @contextlib.contextmanager
-    def _reserved(self, kind: str, handle_id: int) -> Iterator[None]:
-        """Hold a producer or consumer id while its request is handled; a second request
-        for it meanwhile is told to retry (ServiceNotReady, as Pulsar answers)."""
-        key = (kind, handle_id)
-        if key in self._pending_ids:
+    def _reserved(self, kind: HandleKind, handle_id: int) -> Iterator[None]:
+        """Hold a producer or consumer id while its request is handled (taken before the
+        first await, so a repeated id cannot slip in meanwhile); a second request for it
+        meanwhile is told to retry (ServiceNotReady, as Pulsar answers)."""
+        if not self.session.reserve(kind, handle_id):
             raise BrokerError(pb.ServiceNotReady, f"{kind} {handle_id} is being created")
-        self._pending_ids.add(key)
         try:
             yield
         finally:
-            self._pending_ids.discard(key)
+            self.session.release(kind, handle_id)
 
-    def _on_send(self, frame: Frame, body: pb.CommandSend) -> None:
-        producer = self.producers.get(body.producer_id)
-        if producer is None:
-            return self._send_error(body, pb.NotAllowedError, "no such producer")
-        if frame.problem is not None or frame.entry is None:
-            code = pb.ChecksumError if not frame.checksum_ok else pb.UnknownError
-            return self._send_error(body, code, frame.problem or "no entry")
+    def _on_send(self, producer: Producer, body: pb.CommandSend, frame: Frame) -> None:
+        """A SEND the session routed to ``producer``, its entry usable."""
+        assert frame.entry is not None
         try:
             limits.check_send(frame.metadata)
         except BrokerError as exc:
-            return self._send_error(body, exc.server_error, str(exc))
+            return self._send_error(body, _server_error(exc), str(exc))
         dedup = producer.topic.dedup
         if dedup is not None:
             status = dedup.check(producer.name, body.sequence_id, body.highest_sequence_id)
@@ -450,17 +445,11 @@ class ServerConnection:
     def is_active(self) -> bool:
         return not self.writer.is_closing()
 
-    def _send_error(self, body: pb.CommandSend, code: int, message: str) -> None:
-        self.write(
-            pb.CommandSendError(
-                producer_id=body.producer_id,
-                sequence_id=body.sequence_id,
-                error=code,
-                message=message,
-            )
-        )
+    def _send_error(self, body: pb.CommandSend, code: pb.ServerError, message: str) -> None:
+        self.session.refuse_send(body, code, message)
+        self._flush()
 
-    async def _on_close_producer(self, frame: Frame, body: pb.CommandCloseProducer) -> None:
+    async def _on_close_producer(self, body: pb.CommandCloseProducer) -> None:
         producer = self.producers.pop(body.producer_id, None)
         if producer is not None:
             await producer.topic.remove_producer(producer)
@@ -468,12 +457,12 @@ class ServerConnection:
 
     def close_producer(self, producer_id: int) -> None:
         """Tell the client its producer was closed by the broker (fenced out)."""
-        self.producers.pop(producer_id, None)
-        self.write(pb.CommandCloseProducer(producer_id=producer_id, request_id=0))
+        self.session.close_producer(producer_id)
+        self._flush()
 
     # ------------------------------------------------------------------ consuming
 
-    async def _on_subscribe(self, frame: Frame, body: pb.CommandSubscribe) -> None:
+    async def _on_subscribe(self, body: pb.CommandSubscribe) -> None:
         limits.check_subscribe(body, len(self.consumers))  # sizes and counts, before all else
         if body.consumer_id in self.consumers:
             raise BrokerError(pb.ConsumerBusy, f"consumer id {body.consumer_id} is in use")
@@ -482,11 +471,7 @@ class ServerConnection:
 
     async def _create_consumer(self, body: pb.CommandSubscribe) -> None:
         topic = await self.service.get_topic(TopicName.parse(body.topic))
-        initial = (
-            InitialPosition.EARLIEST
-            if body.initialPosition == pb.CommandSubscribe.Earliest
-            else InitialPosition.LATEST
-        )
+        initial = InitialPosition(body.initialPosition)
         meta = body.keySharedMeta if body.HasField("keySharedMeta") else None
         sticky = meta is not None and meta.keySharedMode == pb.STICKY
         ranges = [(r.start, r.end) for r in meta.hashRanges] if meta is not None else None
@@ -496,7 +481,7 @@ class ServerConnection:
             start = (
                 start_position(body.start_message_id)
                 if body.HasField("start_message_id")
-                else (EARLIEST if initial is InitialPosition.EARLIEST else None)
+                else (EARLIEST if initial is InitialPosition.Earliest else None)
             )
             subscription = topic.subscribe_non_durable(body.subscription, body.subType, start)
         slot = ConsumerSlot(body.consumer_id, body.consumer_name, body.priority_level)
@@ -554,14 +539,12 @@ class ServerConnection:
             raise BrokerError(pb.ConsumerNotFound, f"no consumer {consumer_id}")
         return consumer
 
-    def _on_flow(self, frame: Frame, body: pb.CommandFlow) -> None:
-        consumer = self.consumers.get(body.consumer_id)
-        if consumer is not None:
-            granted = limits.permits_to_grant(consumer.slot.permits, body.messagePermits)
-            consumer.subscription.flow(consumer, granted)
+    def _on_flow(self, consumer: Consumer, body: pb.CommandFlow) -> None:
+        granted = limits.permits_to_grant(consumer.slot.permits, body.messagePermits)
+        consumer.subscription.flow(consumer, granted)
 
-    def _on_ack(self, frame: Frame, body: pb.CommandAck) -> None:
-        consumer = self.consumers.get(body.consumer_id)
+    def _on_ack(self, consumer: Consumer | None, body: pb.CommandAck) -> None:
+        """An ACK: its bounds first, then its consumer (``None``: not on this connection)."""
         error: BaseException | None = None
         try:
             limits.check_ack(body)  # counts, ids and batch sizes, before anything is built
@@ -571,22 +554,19 @@ class ServerConnection:
         except (StripeMQError, ValueError) as exc:
             error = exc
             log.info("ack from %s refused: %s", self.peer, exc)
-        if body.HasField("request_id"):
-            response = pb.CommandAckResponse(
-                consumer_id=body.consumer_id, request_id=body.request_id
-            )
-            if error is not None:
-                response.error = _server_error(error)
-                response.message = str(error)
-            self.write(response)
+        if error is None:
+            self.session.answer_ack(body, None, "")
+        else:
+            self.session.answer_ack(body, _server_error(error), str(error))
+        self._flush()
 
-    def _on_redeliver(self, frame: Frame, body: pb.CommandRedeliverUnacknowledgedMessages) -> None:
+    def _on_redeliver(
+        self, consumer: Consumer, body: pb.CommandRedeliverUnacknowledgedMessages
+    ) -> None:
         limits.check_redeliver(body)
-        consumer = self.consumers.get(body.consumer_id)
-        if consumer is not None:
-            consumer.subscription.redeliver(consumer, body.message_ids)
+        consumer.subscription.redeliver(consumer, body.message_ids)
 
-    async def _on_close_consumer(self, frame: Frame, body: pb.CommandCloseConsumer) -> None:
+    async def _on_close_consumer(self, body: pb.CommandCloseConsumer) -> None:
         consumer = self.consumers.pop(body.consumer_id, None)
         if consumer is not None:
             consumer.subscription.remove_consumer(consumer)
@@ -594,7 +574,7 @@ class ServerConnection:
             await consumer.subscription.topic.drop_if_unused(consumer.subscription)
         self.write(pb.CommandSuccess(request_id=body.request_id))
 
-    async def _on_seek(self, frame: Frame, body: pb.CommandSeek) -> None:
+    async def _on_seek(self, body: pb.CommandSeek) -> None:
         consumer = self._consumer(body.consumer_id)
         subscription = consumer.subscription
         if body.HasField("message_id"):
@@ -615,10 +595,10 @@ class ServerConnection:
 
     def close_consumer(self, consumer_id: int) -> None:
         """Tell the client its consumer is closed by the broker (it reconnects)."""
-        self.consumers.pop(consumer_id, None)
-        self.write(pb.CommandCloseConsumer(consumer_id=consumer_id, request_id=0))
+        self.session.close_consumer(consumer_id)
+        self._flush()
 
-    async def _on_unsubscribe(self, frame: Frame, body: pb.CommandUnsubscribe) -> None:
+    async def _on_unsubscribe(self, body: pb.CommandUnsubscribe) -> None:
         consumer = self._consumer(body.consumer_id)
         subscription: Subscription = consumer.subscription
         if len(subscription.consumers) > 1:
@@ -628,17 +608,7 @@ class ServerConnection:
         await subscription.topic.unsubscribe(subscription.name)
         self.write(pb.CommandSuccess(request_id=body.request_id))
 
-    def _on_get_last_message_id(self, frame: Frame, body: pb.CommandGetLastMessageId) -> None:
-        consumer = self.consumers.get(body.consumer_id)
-        if consumer is None:
-            self.write(
-                pb.CommandError(
-                    request_id=body.request_id,
-                    error=pb.ConsumerNotFound,
-                    message="no such consumer",
-                )
-            )
-            return
+    def _on_get_last_message_id(self, consumer: Consumer, body: pb.CommandGetLastMessageId) -> None:
         topic = consumer.subscription.topic
         last = topic.ml.last_confirmed
         md = consumer.subscription.cursor.mark_delete_position
@@ -666,12 +636,15 @@ class ServerConnection:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        consumers, self.consumers = list(self.consumers.values()), {}
+        self.session.close()
+        consumers = list(self.consumers.values())
+        self.consumers.clear()
         for consumer in consumers:
             consumer.subscription.remove_consumer(consumer)
             with contextlib.suppress(StripeMQError):
                 await consumer.subscription.topic.drop_if_unused(consumer.subscription)
-        producers, self.producers = list(self.producers.values()), {}
+        producers = list(self.producers.values())
+        self.producers.clear()
         for producer in producers:
             with contextlib.suppress(StripeMQError):
                 await producer.topic.remove_producer(producer)

@@ -1,11 +1,15 @@
-"""One TCP connection to a broker: the CONNECT handshake, requests matched to responses by
-request id, keep-alive, and the producers and consumers whose traffic it carries."""
+"""One TCP connection to a broker: the asyncio driver of a ``ClientSession``.
+
+The session (``stripemq.proto.client_session``) holds the protocol: the CONNECT handshake,
+request ids matched to their responses, and the routing of the broker's commands to the
+producers and consumers whose traffic the connection carries. This class moves bytes
+between the socket and the session, wakes the requests' waiters, calls the listeners, and
+keeps the connection alive."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -18,18 +22,28 @@ from stripemq.errors import (
     ConnectError,
     StripeMQError,
     TopicLookupError,
-    client_error_from_server,
+    error_for_server_error,
 )
 from stripemq.proto import pulsar_api_pb2 as pb
-from stripemq.proto.frames import (
-    DEFAULT_MAX_MESSAGE_SIZE,
-    FRAME_PADDING,
-    Frame,
-    FrameDecoder,
-    ProtocolError,
-    command_body,
-    encode_command,
+from stripemq.proto.client_session import (
+    ActiveConsumerChanged,
+    ClientEvent,
+    ClientSession,
+    Connected,
+    ConsumerClosed,
+    EndOfTopic,
+    HandshakeRefused,
+    MessageReceived,
+    ProducerClosed,
+    RequestFailed,
+    ResponseReceived,
+    SendFailed,
+    SendReceipt,
+    UnexpectedResponse,
+    UnhandledCommand,
 )
+from stripemq.proto.frames import Frame, ProtocolError, encode_command
+from stripemq.proto.session import Keepalive, Liveness
 
 log = logging.getLogger(__name__)
 
@@ -40,21 +54,7 @@ def split_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-PROTOCOL_VERSION = 20
 CLIENT_VERSION = "stripemq-python"
-
-_RESPONSES = frozenset(
-    {
-        pb.BaseCommand.SUCCESS,
-        pb.BaseCommand.ERROR,
-        pb.BaseCommand.PRODUCER_SUCCESS,
-        pb.BaseCommand.LOOKUP_RESPONSE,
-        pb.BaseCommand.PARTITIONED_METADATA_RESPONSE,
-        pb.BaseCommand.GET_LAST_MESSAGE_ID_RESPONSE,
-        pb.BaseCommand.GET_TOPICS_OF_NAMESPACE_RESPONSE,
-        pb.BaseCommand.ACK_RESPONSE,
-    }
-)
 
 
 class ProducerListener(Protocol):
@@ -78,24 +78,22 @@ _Listener = TypeVar("_Listener", ProducerListener, ConsumerListener)
 def _error_of_response(command: pb.BaseCommand) -> StripeMQError | None:
     """The failure a response carries, if any."""
     if command.type == pb.BaseCommand.ERROR:
-        return client_error_from_server(
-            pb.ServerError.Name(command.error.error), command.error.message
-        )
+        return error_for_server_error(command.error.error, command.error.message)
     if command.type == pb.BaseCommand.LOOKUP_RESPONSE:
-        body = command.lookupTopicResponse
-        if body.response == pb.CommandLookupTopicResponse.Failed:
-            if body.HasField("error"):
-                return client_error_from_server(pb.ServerError.Name(body.error), body.message)
-            return TopicLookupError(body.message or "lookup failed")
+        lookup = command.lookupTopicResponse
+        if lookup.response == pb.CommandLookupTopicResponse.Failed:
+            if lookup.HasField("error"):
+                return error_for_server_error(lookup.error, lookup.message)
+            return TopicLookupError(lookup.message or "lookup failed")
     if command.type == pb.BaseCommand.PARTITIONED_METADATA_RESPONSE:
-        body = command.partitionMetadataResponse
-        if body.response == pb.CommandPartitionedTopicMetadataResponse.Failed:
-            if body.HasField("error"):
-                return client_error_from_server(pb.ServerError.Name(body.error), body.message)
-            return TopicLookupError(body.message or "partitioned metadata lookup failed")
+        metadata = command.partitionMetadataResponse
+        if metadata.response == pb.CommandPartitionedTopicMetadataResponse.Failed:
+            if metadata.HasField("error"):
+                return error_for_server_error(metadata.error, metadata.message)
+            return TopicLookupError(metadata.message or "partitioned metadata lookup failed")
     if command.type == pb.BaseCommand.ACK_RESPONSE and command.ackResponse.HasField("error"):
         body = command.ackResponse
-        return client_error_from_server(pb.ServerError.Name(body.error), body.message)
+        return error_for_server_error(body.error, body.message)
     return None
 
 
@@ -115,22 +113,43 @@ class ClientConnection:
         self.physical_address = physical_address
         self.operation_timeout_s = operation_timeout_s
         self.keepalive_s = keepalive_s
-        self.max_message_size = DEFAULT_MAX_MESSAGE_SIZE
-        self.server_version = ""
-        self.protocol_version = 0
-        self.producers: dict[int, ProducerListener] = {}
-        self.consumers: dict[int, ConsumerListener] = {}
-        self._request_ids = itertools.count()
+        self.session: ClientSession[ProducerListener, ConsumerListener] = ClientSession(
+            CLIENT_VERSION
+        )
+        self.keepalive = Keepalive(keepalive_s, time.monotonic())
+        # The waiters of the session's outstanding requests.
         self._pending: dict[int, asyncio.Future[pb.BaseCommand]] = {}
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = asyncio.Event()
-        self._last_heard = time.monotonic()
         self.close_reason: str = ""
 
     def __repr__(self) -> str:
         return f"ClientConnection({self.physical_address})"
+
+    @property
+    def max_message_size(self) -> int:
+        """The broker's frame limit (its default until CONNECTED says otherwise)."""
+        return self.session.max_message_size
+
+    @property
+    def server_version(self) -> str:
+        return self.session.server_version
+
+    @property
+    def protocol_version(self) -> int:
+        return self.session.protocol_version
+
+    @property
+    def producers(self) -> dict[int, ProducerListener]:
+        """The producers on this connection, by id (the session's registry)."""
+        return self.session.producers
+
+    @property
+    def consumers(self) -> dict[int, ConsumerListener]:
+        """The consumers on this connection, by id (the session's registry)."""
+        return self.session.consumers
 
     @property
     def is_closed(self) -> bool:
@@ -147,47 +166,41 @@ class ClientConnection:
             host, port = split_address(self.physical_address)
             async with asyncio.timeout(timeout_s):
                 self._reader, self._writer = await asyncio.open_connection(host, port)
-                self._write(
-                    pb.CommandConnect(
-                        client_version=CLIENT_VERSION, protocol_version=PROTOCOL_VERSION
-                    )
-                )
-                decoder = FrameDecoder()
-                connected = await self._read_connected(decoder)
+                self.session.connect()
+                self._flush()
+                connected, rest = await self._read_connected()
         except (OSError, TimeoutError, ValueError, ProtocolError) as exc:
             self._abort(f"connect failed: {exc}")
             raise ConnectError(f"cannot connect to {self.physical_address}: {exc}") from None
         except StripeMQError:
             self._abort("handshake refused")
             raise
-        self.server_version = connected.server_version
-        self.protocol_version = connected.protocol_version
-        if connected.HasField("max_message_size"):
-            self.max_message_size = connected.max_message_size
-        decoder.max_frame_size = self.max_message_size + FRAME_PADDING
-        self._last_heard = time.monotonic()
+        self.keepalive.heard(time.monotonic())
         self._tasks = [
-            asyncio.create_task(self._read_loop(decoder), name=f"{self!r} reader"),
+            asyncio.create_task(self._read_loop(), name=f"{self!r} reader"),
             asyncio.create_task(self._keepalive(), name=f"{self!r} keepalive"),
         ]
-        log.debug("connected to %s (%s)", self.physical_address, self.server_version)
+        for event in rest:  # what came right behind CONNECTED
+            self._act(event)
+        log.debug("connected to %s (%s)", self.physical_address, connected.server_version)
 
-    async def _read_connected(self, decoder: FrameDecoder) -> pb.CommandConnected:
+    async def _read_connected(self) -> tuple[Connected, list[ClientEvent]]:
+        """CONNECTED, and the events of the frames that came with it; the broker's refusal
+        raised as its typed error."""
         assert self._reader is not None
         while True:
             data = await self._reader.read(65536)
             if not data:
                 raise ConnectError(f"{self.physical_address} closed during the handshake")
-            for frame in decoder.feed(data):
-                if frame.command.type == pb.BaseCommand.CONNECTED:
-                    return frame.command.connected
-                if frame.command.type == pb.BaseCommand.ERROR:
-                    error = _error_of_response(frame.command)
+            events = self.session.receive_data(data)
+            self._flush()
+            for i, event in enumerate(events):
+                if isinstance(event, HandshakeRefused):
+                    error = _error_of_response(event.command)
                     assert error is not None
                     raise error
-                raise ProtocolError(
-                    f"expected CONNECTED, got {pb.BaseCommand.Type.Name(frame.command.type)}"
-                )
+                if isinstance(event, Connected):
+                    return event, events[i + 1 :]
 
     async def close(self) -> None:
         """Close the socket; every producer and consumer on it is told."""
@@ -210,17 +223,12 @@ class ClientConnection:
         for task in self._tasks:
             if task is not asyncio.current_task():
                 task.cancel()  # the keep-alive (and the reader, if it is not us)
+        listeners = self.session.close()  # producers, then consumers
         error = ConnectError(f"connection to {self.physical_address} lost: {reason}")
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(error)
         self._pending.clear()
-        listeners: list[ProducerListener | ConsumerListener] = [
-            *self.producers.values(),
-            *self.consumers.values(),
-        ]
-        self.producers.clear()
-        self.consumers.clear()
         for listener in listeners:
             try:
                 listener.on_connection_closed(self)
@@ -232,6 +240,12 @@ class ClientConnection:
     def _write(self, command: ProtoMessage) -> None:
         if self._writer is not None and not self._writer.is_closing():
             self._writer.write(encode_command(command))
+
+    def _flush(self) -> None:
+        """Write what the session queued (CONNECT, requests, PONG, PING)."""
+        data = self.session.data_to_send()
+        if data and self._writer is not None and not self._writer.is_closing():
+            self._writer.write(data)
 
     def send_command(self, command: ProtoMessage) -> None:
         """Send a command that has no response (FLOW, ACK without request id, ...)."""
@@ -251,7 +265,7 @@ class ClientConnection:
                 await self._writer.drain()
 
     def new_request_id(self) -> int:
-        return next(self._request_ids)
+        return self.session.new_request_id()
 
     async def request(
         self, command: ProtoMessage, request_id: int, timeout_s: float | None = None
@@ -261,8 +275,9 @@ class ClientConnection:
         if self.is_closed:
             raise ConnectError(f"connection to {self.physical_address} is closed")
         future: asyncio.Future[pb.BaseCommand] = asyncio.get_running_loop().create_future()
+        self.session.send_request(command, request_id)
         self._pending[request_id] = future
-        self._write(command)
+        self._flush()
         name = command.DESCRIPTOR.name
         try:
             async with asyncio.timeout(timeout_s or self.operation_timeout_s):
@@ -271,6 +286,7 @@ class ClientConnection:
             raise ClientTimeoutError(f"{name} to {self.physical_address} timed out") from None
         finally:
             self._pending.pop(request_id, None)
+            self.session.forget_request(request_id)  # a late answer is nobody's
         error = _error_of_response(response)
         if error is not None:
             raise error
@@ -302,7 +318,7 @@ class ClientConnection:
 
     # ------------------------------------------------------------------ receiving
 
-    async def _read_loop(self, decoder: FrameDecoder) -> None:
+    async def _read_loop(self) -> None:
         assert self._reader is not None
         reason = "closed by the broker"
         try:
@@ -310,10 +326,13 @@ class ClientConnection:
                 data = await self._reader.read(1 << 18)
                 if not data:
                     break
-                self._last_heard = time.monotonic()
-                for frame in decoder.feed(data):
+                self.keepalive.heard(time.monotonic())
+                for frame in self.session.feed(data):
                     try:
-                        self._handle(frame)
+                        event = self.session.receive_frame(frame)
+                        self._flush()
+                        if event is not None:
+                            self._act(event)
                     except Exception:  # a handler's bug must not stop this connection
                         log.exception("%s: handling %s failed", self, frame.command.type)
         except ProtocolError as exc:
@@ -328,59 +347,43 @@ class ClientConnection:
             reason = f"reader failed: {exc!r}"
         self._abort(reason)
 
-    def _handle(self, frame: Frame) -> None:
-        command = frame.command
-        kind = command.type
-        body = command_body(command)
-        if kind in _RESPONSES:
-            request_id = getattr(body, "request_id", None)
-            future = self._pending.get(request_id) if request_id is not None else None
+    def _act(self, event: ClientEvent) -> None:
+        """Wake a request's waiter, or tell a producer or consumer what the broker said."""
+        if isinstance(event, ResponseReceived | RequestFailed):
+            # request() raises a refusal as its typed error (_error_of_response).
+            future = self._pending.get(event.request_id)
             if future is not None and not future.done():
-                future.set_result(command)
-            return
-        if kind == pb.BaseCommand.MESSAGE:
-            consumer = self.consumers.get(command.message.consumer_id)
-            if consumer is not None:
-                consumer.on_message(command.message, frame)
-        elif kind == pb.BaseCommand.SEND_RECEIPT:
-            producer = self.producers.get(command.send_receipt.producer_id)
-            if producer is not None:
-                producer.on_send_receipt(command.send_receipt)
-        elif kind == pb.BaseCommand.SEND_ERROR:
-            producer = self.producers.get(command.send_error.producer_id)
-            if producer is not None:
-                producer.on_send_error(command.send_error)
-        elif kind == pb.BaseCommand.PING:
-            self._write(pb.CommandPong())
-        elif kind == pb.BaseCommand.PONG:
-            pass  # _last_heard is enough
-        elif kind == pb.BaseCommand.CLOSE_PRODUCER:
-            producer = self.producers.pop(command.close_producer.producer_id, None)
-            if producer is not None:
-                producer.on_closed_by_broker()
-        elif kind == pb.BaseCommand.CLOSE_CONSUMER:
-            consumer = self.consumers.pop(command.close_consumer.consumer_id, None)
-            if consumer is not None:
-                consumer.on_closed_by_broker()
-        elif kind == pb.BaseCommand.ACTIVE_CONSUMER_CHANGE:
-            consumer = self.consumers.get(command.active_consumer_change.consumer_id)
-            if consumer is not None:
-                consumer.on_active_change(command.active_consumer_change.is_active)
-        elif kind == pb.BaseCommand.REACHED_END_OF_TOPIC:
-            consumer = self.consumers.get(command.reachedEndOfTopic.consumer_id)
-            if consumer is not None:
-                consumer.on_end_of_topic()
-        else:
-            log.debug("%s: ignoring %s", self, pb.BaseCommand.Type.Name(kind))
+                future.set_result(event.command)
+        elif isinstance(event, MessageReceived):
+            event.consumer.on_message(event.command, event.frame)
+        elif isinstance(event, SendReceipt):
+            event.producer.on_send_receipt(event.receipt)
+        elif isinstance(event, SendFailed):
+            event.producer.on_send_error(event.error)
+        elif isinstance(event, ProducerClosed):
+            event.producer.on_closed_by_broker()
+        elif isinstance(event, ConsumerClosed):
+            event.consumer.on_closed_by_broker()
+        elif isinstance(event, ActiveConsumerChanged):
+            event.consumer.on_active_change(event.is_active)
+        elif isinstance(event, EndOfTopic):
+            event.consumer.on_end_of_topic()
+        elif isinstance(event, UnexpectedResponse):
+            log.debug("%s: a response to no waiting request (%s)", self, event.request_id)
+        elif isinstance(event, UnhandledCommand):
+            log.debug("%s: ignoring %s", self, pb.BaseCommand.Type.Name(event.kind))
+        # Unrouted: for a producer or consumer that is gone already.
 
     async def _keepalive(self) -> None:
         """PING when idle; a broker silent for two intervals is taken as gone."""
         while not self.is_closed:
             await asyncio.sleep(self.keepalive_s)
-            silent = time.monotonic() - self._last_heard
-            if silent >= 2 * self.keepalive_s:
-                log.warning("%s silent for %.0f s: closing", self, silent)
+            now = time.monotonic()
+            liveness = self.keepalive.check(now)
+            if liveness is Liveness.DEAD:
+                log.warning("%s silent for %.0f s: closing", self, self.keepalive.quiet_for(now))
                 self._abort("keep-alive timeout")
                 return
-            if silent >= self.keepalive_s:
-                self._write(pb.CommandPing())
+            if liveness is Liveness.PING:
+                self.session.ping()
+                self._flush()

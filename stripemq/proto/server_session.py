@@ -1,0 +1,355 @@
+"""The broker's side of a Pulsar connection, sans-IO: the CONNECT handshake, the producer and
+consumer ids that exist on the connection, and the routing of commands to them.
+
+States: ``HANDSHAKE`` (the first command must be CONNECT, anything else raises
+``HandshakeError``: the driver closes the connection) → CONNECT answered with CONNECTED at
+the lower of both protocol versions → ``CONNECTED`` → ``close()`` → ``CLOSED``.
+
+What the session answers itself, in its outbox:
+
+- PING with PONG (PONG is taken silently);
+- a command the broker does not serve with ERROR ``NotAllowedError`` "<TYPE> is not
+  supported" when it carries a request id (``UnsupportedCommand`` either way);
+- a SEND for a producer id that is not on the connection with SEND_ERROR
+  ``NotAllowedError`` "no such producer"; one whose entry is unusable (bad checksum,
+  unreadable metadata) with SEND_ERROR ``ChecksumError`` or ``UnknownError``;
+- GET_LAST_MESSAGE_ID for an unknown consumer with ERROR ``ConsumerNotFound``; FLOW and
+  REDELIVER_UNACKNOWLEDGED_MESSAGES for one are dropped, as Pulsar drops them.
+
+Everything else goes to the driver: ``SendReceived`` for a known producer,
+``ConsumerCommand`` for FLOW, ACK, REDELIVER and GET_LAST_MESSAGE_ID of a known consumer
+(an ACK's ``consumer`` may be ``None``: the broker checks an ACK's bounds before its
+consumer, and answers it), ``Request`` for the rest, which the driver serves and may answer
+with ``refuse``. PRODUCER, SUBSCRIBE, CLOSE_*, SEEK and UNSUBSCRIBE are requests: the
+driver finds their producer or consumer in ``producers``/``consumers`` when it serves them,
+and ``reserve``s an id while one is being created.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeAlias, TypeVar
+
+from google.protobuf.message import Message
+
+from stripemq.proto import pulsar_api_pb2 as pb
+from stripemq.proto.frames import DEFAULT_MAX_MESSAGE_SIZE, FRAME_PADDING, Frame, command_body
+from stripemq.proto.session import (
+    PROTOCOL_VERSION,
+    HandshakeError,
+    Session,
+    SessionState,
+    negotiate_version,
+    request_id_of,
+)
+
+P = TypeVar("P")  # what the driver registers for a producer id
+C = TypeVar("C")  # ... and for a consumer id
+
+Type = pb.BaseCommand.Type
+HandleKind = Literal["producer", "consumer"]
+
+# The requests the driver serves (ids, when they name one, are looked up when served).
+REQUESTS = frozenset(
+    {
+        pb.BaseCommand.PARTITIONED_METADATA,
+        pb.BaseCommand.LOOKUP,
+        pb.BaseCommand.GET_TOPICS_OF_NAMESPACE,
+        pb.BaseCommand.PRODUCER,
+        pb.BaseCommand.CLOSE_PRODUCER,
+        pb.BaseCommand.SUBSCRIBE,
+        pb.BaseCommand.CLOSE_CONSUMER,
+        pb.BaseCommand.UNSUBSCRIBE,
+        pb.BaseCommand.SEEK,
+    }
+)
+# Commands routed to a consumer of the connection as they arrive.
+CONSUMER_COMMANDS = frozenset(
+    {
+        pb.BaseCommand.FLOW,
+        pb.BaseCommand.ACK,
+        pb.BaseCommand.REDELIVER_UNACKNOWLEDGED_MESSAGES,
+        pb.BaseCommand.GET_LAST_MESSAGE_ID,
+    }
+)
+# Everything a connected client may send; the rest is answered as not supported.
+SERVED = (
+    REQUESTS
+    | CONSUMER_COMMANDS
+    | {
+        pb.BaseCommand.SEND,
+        pb.BaseCommand.PING,
+        pb.BaseCommand.PONG,
+    }
+)
+
+
+# ---------------------------------------------------------------------------- events
+
+
+@dataclass(frozen=True)
+class ClientConnected:
+    """CONNECT taken and answered: the client's name and the version both now speak."""
+
+    client_version: str
+    protocol_version: int
+
+
+@dataclass(frozen=True)
+class Request:
+    """A command the driver serves (``REQUESTS``)."""
+
+    kind: int
+    body: Message
+    frame: Frame
+
+    @property
+    def request_id(self) -> int | None:
+        return request_id_of(self.body)
+
+
+@dataclass(frozen=True)
+class SendReceived(Generic[P]):
+    """A SEND with a usable entry for a producer of this connection."""
+
+    producer_id: int
+    producer: P
+    command: pb.CommandSend
+    frame: Frame
+
+    @property
+    def kind(self) -> int:
+        return pb.BaseCommand.SEND
+
+    @property
+    def request_id(self) -> None:
+        return None  # a SEND is answered by its sequence id
+
+
+@dataclass(frozen=True)
+class ConsumerCommand(Generic[C]):
+    """FLOW, ACK, REDELIVER_UNACKNOWLEDGED_MESSAGES or GET_LAST_MESSAGE_ID for a consumer of
+    this connection (``None`` only for an ACK: see the module docstring)."""
+
+    kind: int
+    consumer_id: int
+    consumer: C | None
+    body: Message
+
+    @property
+    def request_id(self) -> int | None:
+        return request_id_of(self.body)
+
+
+@dataclass(frozen=True)
+class UnsupportedCommand:
+    """A command the broker does not serve; answered already if it had a request id."""
+
+    kind: int
+    request_id: int | None
+
+
+@dataclass(frozen=True)
+class MalformedCommand:
+    """A served type without its body: nothing to act on, no request id to answer."""
+
+    kind: int
+
+
+ServerEvent: TypeAlias = (
+    ClientConnected
+    | Request
+    | SendReceived[Any]
+    | ConsumerCommand[Any]
+    | UnsupportedCommand
+    | MalformedCommand
+)
+
+
+# ---------------------------------------------------------------------------- the session
+
+
+class ServerSession(Session[ServerEvent], Generic[P, C]):
+    """One client connection's protocol state on the broker; ``P`` and ``C`` are what the
+    driver registers for producer and consumer ids."""
+
+    def __init__(
+        self,
+        server_version: str,
+        *,
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        protocol_version: int = PROTOCOL_VERSION,
+    ) -> None:
+        super().__init__(max_message_size + FRAME_PADDING)
+        self.state = SessionState.HANDSHAKE
+        self.server_version = server_version
+        self.max_message_size = max_message_size
+        self.offered_version = protocol_version
+        self.client_version = ""
+        self.protocol_version = 0  # negotiated: known once connected
+        self.producers: dict[int, P] = {}
+        self.consumers: dict[int, C] = {}
+        # Ids whose PRODUCER or SUBSCRIBE is being served (Pulsar's putIfAbsent of a future).
+        self._reserved: set[tuple[HandleKind, int]] = set()
+
+    @property
+    def connected(self) -> bool:
+        return self.state is SessionState.CONNECTED
+
+    # ------------------------------------------------------------------ receiving
+
+    def receive_frame(self, frame: Frame) -> ServerEvent | None:
+        command = frame.command
+        kind = command.type
+        body = command_body(command)
+        if self.state is SessionState.HANDSHAKE:
+            if kind != pb.BaseCommand.CONNECT or body is None:
+                raise HandshakeError("the first command must be CONNECT")
+            assert isinstance(body, pb.CommandConnect)
+            return self._connect(body)
+        if self.state is SessionState.CLOSED:
+            return None
+        if kind == pb.BaseCommand.PING:
+            self._write(pb.CommandPong())
+            return None
+        if kind == pb.BaseCommand.PONG:
+            return None
+        if kind not in SERVED:
+            request_id = request_id_of(body)
+            if request_id is not None:
+                self._write(
+                    pb.CommandError(
+                        request_id=request_id,
+                        error=pb.NotAllowedError,
+                        message=f"{Type.Name(kind)} is not supported",
+                    )
+                )
+            return UnsupportedCommand(kind, request_id)
+        if body is None:
+            return MalformedCommand(kind)
+        if kind == pb.BaseCommand.SEND:
+            assert isinstance(body, pb.CommandSend)
+            return self._send(body, frame)
+        if kind in CONSUMER_COMMANDS:
+            return self._to_consumer(kind, body)
+        return Request(kind, body, frame)
+
+    def _connect(self, connect: pb.CommandConnect) -> ClientConnected:
+        self.client_version = connect.client_version
+        self.protocol_version = negotiate_version(connect.protocol_version, self.offered_version)
+        self._write(
+            pb.CommandConnected(
+                server_version=self.server_version,
+                protocol_version=self.protocol_version,
+                max_message_size=self.max_message_size,
+            )
+        )
+        self.state = SessionState.CONNECTED
+        return ClientConnected(self.client_version, self.protocol_version)
+
+    def _send(self, send: pb.CommandSend, frame: Frame) -> SendReceived[P] | None:
+        producer = self.producers.get(send.producer_id)
+        if producer is None:
+            self.refuse_send(send, pb.NotAllowedError, "no such producer")
+            return None
+        if frame.problem is not None or frame.entry is None:
+            code = pb.ChecksumError if not frame.checksum_ok else pb.UnknownError
+            self.refuse_send(send, code, frame.problem or "no entry")
+            return None
+        return SendReceived(send.producer_id, producer, send, frame)
+
+    def _to_consumer(self, kind: int, body: Message) -> ConsumerCommand[C] | None:
+        consumer_id: int = body.consumer_id  # type: ignore[attr-defined]
+        consumer = self.consumers.get(consumer_id)
+        if consumer is None and kind != pb.BaseCommand.ACK:
+            if kind == pb.BaseCommand.GET_LAST_MESSAGE_ID:
+                self._write(
+                    pb.CommandError(
+                        request_id=request_id_of(body),
+                        error=pb.ConsumerNotFound,
+                        message="no such consumer",
+                    )
+                )
+            return None
+        return ConsumerCommand(kind, consumer_id, consumer, body)
+
+    # ------------------------------------------------------------------ ids
+
+    def reserve(self, kind: HandleKind, handle_id: int) -> bool:
+        """Hold ``handle_id`` while its PRODUCER or SUBSCRIBE is served; ``False`` if a
+        request for it holds it already (Pulsar answers that one ServiceNotReady)."""
+        key = (kind, handle_id)
+        if key in self._reserved:
+            return False
+        self._reserved.add(key)
+        return True
+
+    def release(self, kind: HandleKind, handle_id: int) -> None:
+        self._reserved.discard((kind, handle_id))
+
+    # ------------------------------------------------------------------ answering
+
+    def refuse(self, kind: int, request_id: int, code: pb.ServerError, message: str) -> None:
+        """Answer a refused request: lookups with their own failed responses (clients wait
+        for those), everything else with ERROR."""
+        if kind == pb.BaseCommand.LOOKUP:
+            self._write(
+                pb.CommandLookupTopicResponse(
+                    request_id=request_id,
+                    response=pb.CommandLookupTopicResponse.Failed,
+                    error=code,
+                    message=message,
+                )
+            )
+        elif kind == pb.BaseCommand.PARTITIONED_METADATA:
+            self._write(
+                pb.CommandPartitionedTopicMetadataResponse(
+                    request_id=request_id,
+                    response=pb.CommandPartitionedTopicMetadataResponse.Failed,
+                    error=code,
+                    message=message,
+                )
+            )
+        else:
+            self._write(pb.CommandError(request_id=request_id, error=code, message=message))
+
+    def refuse_send(self, send: pb.CommandSend, code: pb.ServerError, message: str) -> None:
+        """SEND_ERROR for ``send``."""
+        self._write(
+            pb.CommandSendError(
+                producer_id=send.producer_id,
+                sequence_id=send.sequence_id,
+                error=code,
+                message=message,
+            )
+        )
+
+    def answer_ack(self, ack: pb.CommandAck, code: pb.ServerError | None, message: str) -> None:
+        """ACK_RESPONSE for an ACK that asked for one (it carries a request id)."""
+        if not ack.HasField("request_id"):
+            return
+        response = pb.CommandAckResponse(consumer_id=ack.consumer_id, request_id=ack.request_id)
+        if code is not None:
+            response.error = code
+            response.message = message
+        self._write(response)
+
+    # ------------------------------------------------------------------ broker's own
+
+    def close_producer(self, producer_id: int) -> P | None:
+        """The broker closes a producer (fenced out): it leaves the connection and the
+        client is told with CLOSE_PRODUCER."""
+        producer = self.producers.pop(producer_id, None)
+        self._write(pb.CommandCloseProducer(producer_id=producer_id, request_id=0))
+        return producer
+
+    def close_consumer(self, consumer_id: int) -> C | None:
+        """The broker closes a consumer: it leaves the connection and the client (which
+        subscribes again) is told with CLOSE_CONSUMER."""
+        consumer = self.consumers.pop(consumer_id, None)
+        self._write(pb.CommandCloseConsumer(consumer_id=consumer_id, request_id=0))
+        return consumer
+
+    def close(self) -> None:
+        """No further command is handled; the driver removes producers and consumers."""
+        self.state = SessionState.CLOSED
