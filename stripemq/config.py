@@ -1,17 +1,27 @@
 """The one configuration loader: dataclass defaults, then a TOML file, then ``key=value``.
 
-Every process (bookie, broker, standalone) describes its settings as a dataclass whose field
-names are the setting names. Values are converted to the field's declared type, and unknown
-keys are refused, so a typo in a config file is an error and not a silently ignored line.
+Every process (bookie, broker, standalone) describes its settings as a dataclass, named
+``<Thing>Config`` in its package's ``config.py``, whose field names are the setting names.
+Values are converted to the field's declared type, and unknown keys are refused, so a typo in
+a config file is an error and not a silently ignored line.
+
+Settings are documented once, next to their field: ``setting(default, doc, ...)`` puts the
+help text (and the setting's name in Pulsar's conf files, and the command-line option that
+also sets it) into the field's metadata. ``describe`` reads it back; ``render_settings`` (what
+``stripemq <role> --print-config`` prints) and ``settings_table`` (the README's tables,
+written by ``scripts/gen_settings_docs.py``) are built from it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import textwrap
 import tomllib
+import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -126,3 +136,156 @@ def load_config(
     if callable(validate):
         validate()
     return instance
+
+
+def setting(
+    default: Any,
+    doc: str,
+    *,
+    pulsar_name: str | None = None,
+    option: str | None = None,
+) -> Any:
+    """A documented settings field: ``bookie_port: int = setting(3181, "gRPC port.")``.
+
+    ``doc`` is the setting's help (``--print-config``, the README's tables). ``pulsar_name``
+    is its name in Pulsar's conf files (``broker.conf``, or ``bookkeeper.conf`` for bookie
+    and auto-recovery settings) when it mirrors one; ``option`` a command-line option of the
+    role's command that sets it too (``stripemq.cli`` adds the option from it).
+
+    ``default`` is an immutable value; a field with a mutable default is declared with
+    ``dataclasses.field(default_factory=..., metadata={"doc": ...})`` instead.
+    """
+    doc = " ".join(doc.split())
+    if not doc:
+        raise ValueError("a setting needs a doc")
+    metadata = {"doc": doc}
+    if pulsar_name is not None:
+        metadata["pulsar_name"] = pulsar_name
+    if option is not None:
+        metadata["option"] = option
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+@dataclasses.dataclass(frozen=True)
+class SettingDoc:
+    """One field of a settings dataclass, as its documentation shows it."""
+
+    name: str
+    type: str  # as written in Python: "int", "str | None", "list[str]"
+    default: Any  # dataclasses.MISSING for a required field
+    doc: str  # "" for a field not declared with ``setting``
+    pulsar_name: str | None = None
+    option: str | None = None
+
+
+def describe(cls: type) -> list[SettingDoc]:
+    """The fields of the settings dataclass ``cls`` with their docs, in declaration order."""
+    hints = typing.get_type_hints(cls)
+    result = []
+    for f in dataclasses.fields(cls):
+        default: Any = f.default
+        factory = f.default_factory
+        if default is dataclasses.MISSING and callable(factory):
+            default = factory()
+        result.append(
+            SettingDoc(
+                name=f.name,
+                type=type_name(hints[f.name]),
+                default=default,
+                doc=f.metadata.get("doc", ""),
+                pulsar_name=f.metadata.get("pulsar_name"),
+                option=f.metadata.get("option"),
+            )
+        )
+    return result
+
+
+def type_name(hint: Any) -> str:
+    """A field type as Python spells it: ``int``, ``str | None``, ``list[str]``."""
+    if hint is type(None):
+        return "None"
+    origin = typing.get_origin(hint)
+    if origin is typing.Union or origin is types.UnionType:
+        return " | ".join(type_name(arg) for arg in typing.get_args(hint))
+    if origin is not None:
+        args = ", ".join(type_name(arg) for arg in typing.get_args(hint))
+        return f"{origin.__name__}[{args}]"
+    return getattr(hint, "__name__", str(hint))
+
+
+def toml_value(value: Any) -> str:
+    """``value`` as a TOML literal (``true``, ``6650``, ``"memory://"``); ``TypeError`` for
+    what a settings file cannot say (``None``, bytes, a nested config)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # JSON's string escapes are all TOML escapes too
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(item) for item in value) + "]"
+    raise TypeError(f"no TOML literal for {value!r}")
+
+
+def format_value(value: Any) -> str:
+    """A setting's value as documentation shows it: its TOML literal, or ``unset``."""
+    if value is None:
+        return "unset"
+    if value is dataclasses.MISSING:
+        return "required"
+    try:
+        return toml_value(value)
+    except TypeError:
+        return repr(value)
+
+
+def render_settings(
+    config: Any, *, skip: Collection[str] = (), commented: bool = False, width: int = 96
+) -> str:
+    """``config``'s settings as a commented TOML file (``stripemq <role> --print-config``).
+
+    Above each setting's current value, comments give its help, then its type, default,
+    Pulsar name and command-line option. An unset (``None``) setting is commented out, so the
+    text stays a valid settings file for ``--conf``; ``commented`` comments out every value
+    (for options that are not settings-file keys). Settings named in ``skip`` are left out.
+    """
+    lines: list[str] = []
+    for item in describe(type(config)):
+        if item.name in skip:
+            continue
+        if item.doc:
+            lines += textwrap.wrap(
+                item.doc,
+                width,
+                initial_indent="# ",
+                subsequent_indent="# ",
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
+        facts = [item.type, f"default {format_value(item.default)}"]
+        if item.pulsar_name:
+            facts.append(f"Pulsar name {item.pulsar_name}")
+        if item.option:
+            facts.append(f"option {item.option}")
+        lines.append(f"# ({'; '.join(facts)})")
+        value = getattr(config, item.name)
+        try:
+            line = f"{item.name} = {toml_value(value)}"
+        except TypeError:
+            line = f"# {item.name} = {format_value(value)}"
+        lines.append(f"# {line}" if commented and not line.startswith("#") else line)
+        lines.append("")
+    return "\n".join(lines)
+
+
+def settings_table(cls: type) -> str:
+    """The settings of the dataclass ``cls`` as a Markdown table, one row per field in
+    declaration order (the README's settings tables; ``scripts/gen_settings_docs.py``)."""
+    rows = ["| setting | type | default | Pulsar name | meaning |", "|---|---|---|---|---|"]
+    for item in describe(cls):
+        name = f"`{item.name}`" + (f" (`{item.option}`)" if item.option else "")
+        default = "—" if item.default is None else f"`{format_value(item.default)}`"
+        pulsar = f"`{item.pulsar_name}`" if item.pulsar_name else ""
+        cells = (name, f"`{item.type}`", default, pulsar, item.doc)
+        rows.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    return "\n".join(rows) + "\n"

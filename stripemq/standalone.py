@@ -1,9 +1,16 @@
 """``stripemq standalone``: the embedded metadata store, one bookie and one broker in one
-process, everything under one data directory."""
+process, everything under one data directory.
+
+The standalone's own settings (``StandaloneConfig``) are its command-line options; the
+settings file, ``STRIPEMQ_*`` variables and ``-c`` options hold bookie and broker settings,
+each going to the role that has it (to both for the few both have).
+"""
 
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,7 +18,7 @@ from stripemq.bookie.config import BookieConfig
 from stripemq.bookie.server import BookieServer
 from stripemq.broker.app import BrokerApp
 from stripemq.broker.config import BrokerConfig
-from stripemq.config import load_config, read_toml
+from stripemq.config import load_config, read_toml, setting
 from stripemq.errors import ConfigError
 from stripemq.metadata import MetadataStore, create_metadata_store
 
@@ -19,10 +26,33 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class StandalonePorts:
-    broker: int = 6650
-    web: int = 8080
-    bookie: int = 3181
+class StandaloneConfig:
+    """Where the standalone keeps its data and which ports its roles listen on."""
+
+    data_dir: str = setting(
+        "data/standalone",
+        "Directory of everything the standalone keeps: metadata/ (the embedded metadata "
+        "store) and bookie/ (the bookie's journal and ledgers).",
+        option="--data-dir",
+    )
+    broker_port: int = setting(
+        6650,
+        "Port of the broker's Pulsar binary protocol (its broker_service_port).",
+        pulsar_name="brokerServicePort",
+        option="--broker-port",
+    )
+    web_port: int = setting(
+        8080,
+        "Port of the broker's HTTP service (its web_service_port).",
+        pulsar_name="webServicePort",
+        option="--web-port",
+    )
+    bookie_port: int = setting(
+        3181,
+        "gRPC port of the bookie (its bookie_port).",
+        pulsar_name="bookiePort",
+        option="--bookie-port",
+    )
 
 
 class Standalone:
@@ -30,12 +60,12 @@ class Standalone:
 
     def __init__(
         self,
-        data_dir: Path,
-        ports: StandalonePorts,
+        config: StandaloneConfig,
         conf: str | None = None,
-        overrides: dict[str, object] | None = None,
+        overrides: Mapping[str, object] | None = None,
     ) -> None:
-        self.data_dir = Path(data_dir)
+        self.config = config
+        self.data_dir = Path(os.path.abspath(config.data_dir))
         self.metadata_url = f"local://{self.data_dir / 'metadata'}"
         # One file and one set of -c options for both roles: each setting goes to the role
         # that has it.
@@ -51,7 +81,7 @@ class Standalone:
             None,
             {
                 "metadata_service_uri": self.metadata_url,
-                "bookie_port": ports.bookie,
+                "bookie_port": config.bookie_port,
                 "data_dir": str(self.data_dir / "bookie"),
                 **{k: v for k, v in settings.items() if k in bookie_fields},
             },
@@ -61,8 +91,8 @@ class Standalone:
             None,
             {
                 "metadata_service_uri": self.metadata_url,
-                "broker_service_port": ports.broker,
-                "web_service_port": ports.web,
+                "broker_service_port": config.broker_port,
+                "web_service_port": config.web_port,
                 # One bookie: every ledger has one copy (as in Pulsar's standalone).
                 "managed_ledger_default_ensemble_size": 1,
                 "managed_ledger_default_write_quorum": 1,

@@ -1,9 +1,11 @@
-"""Bookie settings. Names follow BookKeeper's ``bk_server.conf`` in snake_case."""
+"""Bookie settings. Names follow BookKeeper's ``bk_server.conf`` in snake_case; each setting's
+help is in its ``setting(...)`` (``stripemq bookie --print-config``, the README's tables)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stripemq.config import setting
 from stripemq.errors import ConfigError
 
 MiB = 1024 * 1024
@@ -13,59 +15,158 @@ MiB = 1024 * 1024
 class BookieConfig:
     """Everything a bookie process needs; loaded with ``stripemq.config.load_config``."""
 
-    metadata_service_uri: str = "memory://"
-    bookie_host: str = "127.0.0.1"
-    bookie_port: int = 3181
-    # Address other processes use to reach this bookie; defaults to host:port.
-    advertised_address: str | None = None
-    rack: str | None = None
-    # ZooKeeper session timeout: a bookie that dies stays registered this long (zkTimeout).
-    zk_timeout_ms: int = 10_000
-    # Also run auto-recovery (auditor candidate + replication worker) in this process, with
-    # the settings of the TOML file autorecovery_conf (those of `stripemq autorecovery`).
-    autorecovery_enabled: bool = False
-    autorecovery_conf: str | None = None
-    # Prometheus /metrics; port 0 picks a free port.
-    enable_statistics: bool = True
-    stats_http_port: int = 8000
+    metadata_service_uri: str = setting(
+        "memory://",
+        "Metadata store: zk://host:port[,host:port]/chroot for a cluster (ZooKeeper), "
+        "local:///dir for an embedded one, memory:// for one in this process only.",
+        pulsar_name="metadataServiceUri",
+        option="--metadata",
+    )
+    bookie_host: str = setting(
+        "127.0.0.1", "Address the bookie listens on (gRPC and metrics).", option="--host"
+    )
+    bookie_port: int = setting(3181, "gRPC port.", pulsar_name="bookiePort", option="--port")
+    advertised_address: str | None = setting(
+        None,
+        "Address other processes use to reach this bookie, its id in the metadata; defaults "
+        "to bookie_host:bookie_port.",
+        pulsar_name="advertisedAddress",
+    )
+    rack: str | None = setting(
+        None, "Rack label used by rack-aware placement (unset: the default rack).", option="--rack"
+    )
+    zk_timeout_ms: int = setting(
+        10_000,
+        "Metadata session timeout: a bookie that dies stays registered in /ledgers/available "
+        "this long.",
+        pulsar_name="zkTimeout",
+    )
+    autorecovery_enabled: bool = setting(
+        False,
+        "Also run auto-recovery (auditor candidate and replication worker) in this process, "
+        "with the settings of the file autorecovery_conf.",
+        pulsar_name="autoRecoveryDaemonEnabled",
+    )
+    autorecovery_conf: str | None = setting(
+        None,
+        "TOML file of auto-recovery settings (those of `stripemq autorecovery`) for "
+        "autorecovery_enabled; unset: their defaults.",
+    )
+    enable_statistics: bool = setting(
+        True, "Serve Prometheus metrics on /metrics.", pulsar_name="enableStatistics"
+    )
+    stats_http_port: int = setting(
+        8000,
+        "Port of the Prometheus /metrics endpoint (0 picks a free port).",
+        pulsar_name="prometheusStatsHttpPort",
+    )
 
-    data_dir: str = "data/bookie"
-    # Journal and ledger directories default to subdirectories of data_dir.
-    journal_directory: str | None = None
-    ledger_directory: str | None = None
+    data_dir: str = setting(
+        "data/bookie",
+        "Storage directory; the journal and ledger directories default to subdirectories.",
+        option="--data-dir",
+    )
+    journal_directory: str | None = setting(
+        None, "Journal directory; defaults to data_dir/journal.", pulsar_name="journalDirectory"
+    )
+    ledger_directory: str | None = setting(
+        None,
+        "Entry log and index directory; defaults to data_dir/ledgers.",
+        pulsar_name="ledgerDirectories",
+    )
 
     # Journal: one fsync covers every record that arrived within the group wait or until
-    # the buffered bytes pass the threshold. journal_sync_data=false skips fsync (unsafe).
-    journal_max_group_wait_ms: float = 2.0
-    journal_buffered_writes_threshold: int = 512 * 1024
-    journal_sync_data: bool = True
-    journal_max_size_mb: int = 2048
+    # the buffered bytes pass the threshold.
+    journal_max_group_wait_ms: float = setting(
+        2.0,
+        "How long a journal group may wait for company before its fsync.",
+        pulsar_name="journalMaxGroupWaitMSec",
+    )
+    journal_buffered_writes_threshold: int = setting(
+        512 * 1024,
+        "Bytes that make a journal group fsync at once, without waiting.",
+        pulsar_name="journalBufferedWritesThreshold",
+    )
+    journal_sync_data: bool = setting(
+        True,
+        "`false` skips fsync: faster, and **acknowledged entries can be lost** on power failure.",
+        pulsar_name="journalSyncData",
+    )
+    journal_max_size_mb: int = setting(
+        2048, "Journal file rotation size, in MiB.", pulsar_name="journalMaxSizeMB"
+    )
 
-    # Entry logs (interleaved, all ledgers) rotate at this size.
-    entry_log_size_limit: int = 1024 * MiB
-    # Memtable: flushed to the entry log when it holds this much, or every flush_interval.
-    write_cache_max_size_mb: int = 64
-    flush_interval_ms: int = 10_000
-    read_cache_max_size_mb: int = 16
-    max_entry_size: int = 5 * MiB
+    entry_log_size_limit: int = setting(
+        1024 * MiB,
+        "Entry logs (interleaved, all ledgers) rotate at this size, in bytes (1 GiB).",
+        pulsar_name="logSizeLimit",
+    )
+    write_cache_max_size_mb: int = setting(
+        64,
+        "Memtable size, in MiB, that triggers a flush to the entry log.",
+        pulsar_name="dbStorage_writeCacheMaxSizeMb",
+    )
+    flush_interval_ms: int = setting(
+        10_000,
+        "The memtable is also flushed (and a checkpoint taken) this often.",
+        pulsar_name="flushInterval",
+    )
+    read_cache_max_size_mb: int = setting(
+        16,
+        "Cache of entries read from entry logs, in MiB (entries over a quarter of it are not "
+        "cached).",
+        pulsar_name="dbStorage_readAheadCacheMaxSizeMb",
+    )
+    max_entry_size: int = setting(
+        5 * MiB, "Largest entry accepted, in bytes (5 MiB); larger ones are refused."
+    )
 
-    # Disk usage: read-only above the threshold, writable again below the low-water mark.
-    disk_usage_threshold: float = 0.95
-    disk_usage_lwm_threshold: float = 0.90
-    disk_check_interval_ms: int = 10_000
+    disk_usage_threshold: float = setting(
+        0.95,
+        "Disk usage fraction above which the bookie turns read-only.",
+        pulsar_name="diskUsageThreshold",
+    )
+    disk_usage_lwm_threshold: float = setting(
+        0.90,
+        "Disk usage fraction below which a read-only bookie is writable again.",
+        pulsar_name="diskUsageLwmThreshold",
+    )
+    disk_check_interval_ms: int = setting(
+        10_000, "Disk usage is checked this often.", pulsar_name="diskCheckInterval"
+    )
 
-    # Largest long-poll a reader may ask for.
-    max_long_poll_timeout_ms: int = 60_000
+    max_long_poll_timeout_ms: int = setting(
+        60_000, "Longest long-poll (wait for the LAC to pass an entry) a reader may ask for."
+    )
 
-    # Garbage collection: every gc_wait_time_ms, drop ledgers deleted from metadata (<= 0
-    # turns GC off). Entry logs whose live fraction is below a threshold are compacted, minor
-    # and major levels each on its own interval; a threshold or interval of 0 turns that
-    # level off. Compaction is considered at each GC round.
-    gc_wait_time_ms: int = 900_000
-    minor_compaction_threshold: float = 0.2
-    minor_compaction_interval_s: float = 3600.0
-    major_compaction_threshold: float = 0.8
-    major_compaction_interval_s: float = 86400.0
+    # Garbage collection and compaction; compaction is considered at each GC round.
+    gc_wait_time_ms: int = setting(
+        900_000,
+        "Interval of garbage-collection rounds, which drop the ledgers deleted from metadata "
+        "(0 or less turns GC off).",
+        pulsar_name="gcWaitTime",
+    )
+    minor_compaction_threshold: float = setting(
+        0.2,
+        "Minor compaction rewrites entry logs whose live fraction is below this (0 turns it off).",
+        pulsar_name="minorCompactionThreshold",
+    )
+    minor_compaction_interval_s: float = setting(
+        3600.0,
+        "Minor compaction runs at most this often (0 turns it off).",
+        pulsar_name="minorCompactionInterval",
+    )
+    major_compaction_threshold: float = setting(
+        0.8,
+        "Major compaction rewrites entry logs whose live fraction is below this (0 turns it "
+        "off); not below minor_compaction_threshold.",
+        pulsar_name="majorCompactionThreshold",
+    )
+    major_compaction_interval_s: float = setting(
+        86400.0,
+        "Major compaction runs at most this often (0 turns it off).",
+        pulsar_name="majorCompactionInterval",
+    )
 
     def validate(self) -> None:
         if not 0 < self.disk_usage_lwm_threshold <= self.disk_usage_threshold <= 1:

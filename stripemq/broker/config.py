@@ -1,10 +1,12 @@
-"""Broker settings. Names follow Pulsar's ``broker.conf`` in snake_case."""
+"""Broker settings. Names follow Pulsar's ``broker.conf`` in snake_case; each setting's help is
+in its ``setting(...)`` (``stripemq broker --print-config``, the README's tables)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stripemq.broker.delayed_delivery import DelayedDeliveryConfig
+from stripemq.broker.delayed_delivery import DEFAULT_TICK_MS
+from stripemq.config import setting
 from stripemq.errors import ConfigError
 from stripemq.managed_ledger.config import ManagedLedgerConfig
 from stripemq.managed_ledger.cursor.config import CursorConfig
@@ -12,52 +14,181 @@ from stripemq.managed_ledger.cursor.config import CursorConfig
 MiB = 1024 * 1024
 
 
+@dataclass(frozen=True)
+class DelayedDeliveryConfig:
+    """Whether subscriptions delay messages, and how often due ones are released; built from
+    ``BrokerConfig`` (``delayed_delivery_config``) for ``stripemq.broker.delayed_delivery``."""
+
+    enabled: bool = setting(
+        True,
+        "Shared and Key_Shared subscriptions hold a message back until its deliver_at_time.",
+        pulsar_name="delayedDeliveryEnabled",
+    )
+    tick_ms: int = setting(
+        DEFAULT_TICK_MS,
+        "Due messages are released at most once per tick (late by up to a tick, never early).",
+        pulsar_name="delayedDeliveryTickTimeMillis",
+    )
+
+
 @dataclass
 class BrokerConfig:
     """Everything a broker process needs; loaded with ``stripemq.config.load_config``."""
 
-    metadata_service_uri: str = "memory://"
-    bind_address: str = "127.0.0.1"
-    broker_service_port: int = 6650
-    web_service_port: int = 8080
-    # Host clients are told to connect to (lookups); defaults to bind_address.
-    advertised_address: str | None = None
-    zk_session_timeout_ms: int = 30_000
-    max_message_size: int = 5 * MiB
-    # A connection with this many sends stored but not yet receipted is not read until
-    # half of them are (maxPendingPublishRequestsPerConnection): memory stays bounded.
-    max_pending_publish_requests_per_connection: int = 1000
-    # Acknowledge a resent message (producer name + old sequence id) without storing it.
-    broker_deduplication_enabled: bool = False
-    # Topics that do not exist are created when a client uses them; a partitioned type
-    # makes them with default_num_partitions (allowAutoTopicCreation, ...Type).
-    allow_auto_topic_creation: bool = True
-    allow_auto_topic_creation_type: str = "non-partitioned"
-    default_num_partitions: int = 1
-    # A quiet client is PINGed this often, and dropped after twice as long in silence.
-    keep_alive_interval_seconds: float = 30.0
-    # Shared and Key_Shared subscriptions hold a message back until its deliver_at_time;
-    # due messages are released at most once per tick (a message may come up to a tick
-    # late, never early).
-    delayed_delivery_enabled: bool = True
-    delayed_delivery_tick_time_millis: int = 1000
+    metadata_service_uri: str = setting(
+        "memory://",
+        "Metadata store: zk://host:port[,host:port]/chroot for a cluster (ZooKeeper), "
+        "local:///dir for an embedded one, memory:// for one in this process only.",
+        pulsar_name="metadataStoreUrl",
+        option="--metadata",
+    )
+    bind_address: str = setting(
+        "127.0.0.1", "Address the broker listens on.", pulsar_name="bindAddress", option="--host"
+    )
+    broker_service_port: int = setting(
+        6650,
+        "Port of the Pulsar binary protocol (0 picks a free port).",
+        pulsar_name="brokerServicePort",
+        option="--port",
+    )
+    web_service_port: int = setting(
+        8080,
+        "Port of the HTTP service (admin REST API); reserved: this version serves no HTTP.",
+        pulsar_name="webServicePort",
+    )
+    advertised_address: str | None = setting(
+        None,
+        "Host clients are told to connect to (lookups); defaults to bind_address.",
+        pulsar_name="advertisedAddress",
+        option="--advertised-address",
+    )
+    zk_session_timeout_ms: int = setting(
+        30_000,
+        "Metadata session timeout: a killed broker's bundles are free for other brokers after "
+        "this long.",
+        pulsar_name="zkSessionTimeoutMillis",
+    )
+    max_message_size: int = setting(
+        5 * MiB,
+        "Largest message (frame) accepted, in bytes (5 MiB); larger ones are refused.",
+        pulsar_name="maxMessageSize",
+    )
+    max_pending_publish_requests_per_connection: int = setting(
+        1000,
+        "A connection with this many sends stored but not yet receipted is not read until half "
+        "of them are: a producer that never waits cannot grow the broker's memory.",
+        pulsar_name="maxPendingPublishRequestsPerConnection",
+    )
+    broker_deduplication_enabled: bool = setting(
+        False,
+        "Acknowledge a resent message (producer name + old sequence id) without storing it twice.",
+        pulsar_name="brokerDeduplicationEnabled",
+    )
+    allow_auto_topic_creation: bool = setting(
+        True,
+        "Topics that do not exist are created when a client uses them.",
+        pulsar_name="allowAutoTopicCreation",
+    )
+    allow_auto_topic_creation_type: str = setting(
+        "non-partitioned",
+        "What auto-creation makes: non-partitioned, or partitioned (with "
+        "default_num_partitions partitions).",
+        pulsar_name="allowAutoTopicCreationType",
+    )
+    default_num_partitions: int = setting(
+        1,
+        "Partitions of an auto-created partitioned topic.",
+        pulsar_name="defaultNumPartitions",
+    )
+    keep_alive_interval_seconds: float = setting(
+        30.0,
+        "A quiet client is PINGed this often, and dropped after twice as long in silence.",
+        pulsar_name="keepAliveIntervalSeconds",
+    )
+    delayed_delivery_enabled: bool = setting(
+        True,
+        "Shared and Key_Shared subscriptions hold a message back until its deliver_at_time "
+        "(Exclusive and Failover ignore it).",
+        pulsar_name="delayedDeliveryEnabled",
+    )
+    delayed_delivery_tick_time_millis: int = setting(
+        DEFAULT_TICK_MS,
+        "Due delayed messages are released at most once per tick: a message may come up to a "
+        "tick late, never early.",
+        pulsar_name="delayedDeliveryTickTimeMillis",
+    )
 
     # Topic storage (managedLedger* settings).
-    managed_ledger_default_ensemble_size: int = 2
-    managed_ledger_default_write_quorum: int = 2
-    managed_ledger_default_ack_quorum: int = 2
-    managed_ledger_max_entries_per_ledger: int = 50_000
-    managed_ledger_max_size_per_ledger_mbytes: int = 2048
-    managed_ledger_min_ledger_rollover_time_minutes: float = 10
-    managed_ledger_max_ledger_rollover_time_minutes: float = 240
-    managed_ledger_cache_size_mb: int = 64
-    # Retention of ledgers every subscription has passed (-1: for ever).
-    default_retention_time_in_minutes: float = 0
-    default_retention_size_in_mb: int = 0
+    managed_ledger_default_ensemble_size: int = setting(
+        2,
+        "Bookies each topic and cursor ledger is striped over (E; standalone: 1).",
+        pulsar_name="managedLedgerDefaultEnsembleSize",
+    )
+    managed_ledger_default_write_quorum: int = setting(
+        2,
+        "Bookies each entry is written to (Qw; standalone: 1).",
+        pulsar_name="managedLedgerDefaultWriteQuorum",
+    )
+    managed_ledger_default_ack_quorum: int = setting(
+        2,
+        "Bookies that must confirm an entry before it is acknowledged (Qa; standalone: 1).",
+        pulsar_name="managedLedgerDefaultAckQuorum",
+    )
+    managed_ledger_max_entries_per_ledger: int = setting(
+        50_000,
+        "A topic's current ledger rolls over after this many entries (once it is older than "
+        "the minimum rollover time).",
+        pulsar_name="managedLedgerMaxEntriesPerLedger",
+    )
+    managed_ledger_max_size_per_ledger_mbytes: int = setting(
+        2048,
+        "... or after this many MiB (once it is older than the minimum rollover time).",
+        pulsar_name="managedLedgerMaxSizePerLedgerMbytes",
+    )
+    managed_ledger_min_ledger_rollover_time_minutes: float = setting(
+        10,
+        "A ledger never rolls over for its size or entry count before it is this old.",
+        pulsar_name="managedLedgerMinLedgerRolloverTimeMinutes",
+    )
+    managed_ledger_max_ledger_rollover_time_minutes: float = setting(
+        240,
+        "A ledger rolls over when it is this old, whatever its size.",
+        pulsar_name="managedLedgerMaxLedgerRolloverTimeMinutes",
+    )
+    managed_ledger_cache_size_mb: int = setting(
+        64,
+        "Recent entries kept in memory for tailing readers, in MiB, for all the broker's "
+        "topics together.",
+        pulsar_name="managedLedgerCacheSizeMB",
+    )
+    default_retention_time_in_minutes: float = setting(
+        0,
+        "Ledgers every subscription has passed are kept this long (-1: for ever).",
+        pulsar_name="defaultRetentionTimeInMinutes",
+    )
+    default_retention_size_in_mb: int = setting(
+        0,
+        "... or while the topic is under this many MiB (-1: for ever).",
+        pulsar_name="defaultRetentionSizeInMB",
+    )
+
     # Cursors.
-    managed_ledger_default_mark_delete_rate_limit: float = 1.0  # snapshots per second
-    managed_ledger_cursor_max_entries_per_ledger: int = 50_000
-    managed_ledger_max_unacked_ranges_to_persist_in_metadata_store: int = 1000
+    managed_ledger_default_mark_delete_rate_limit: float = setting(
+        1.0,
+        "Cursor snapshots (persisted acknowledgements) per second, at most.",
+        pulsar_name="managedLedgerDefaultMarkDeleteRateLimit",
+    )
+    managed_ledger_cursor_max_entries_per_ledger: int = setting(
+        50_000,
+        "A cursor's own ledger rolls over after this many snapshots.",
+        pulsar_name="managedLedgerCursorMaxEntriesPerLedger",
+    )
+    managed_ledger_max_unacked_ranges_to_persist_in_metadata_store: int = setting(
+        1000,
+        "When a cursor ledger cannot be written, this many acknowledgement holes go to the "
+        "metadata store instead; holes beyond them are redelivered after a crash, never lost.",
+        pulsar_name="managedLedgerMaxUnackedRangesToPersistInMetadataStore",
+    )
 
     def validate(self) -> None:
         if not 0 <= self.broker_service_port < 65536:

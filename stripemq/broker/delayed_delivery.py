@@ -19,7 +19,6 @@ entry may come up to one tick late when another release has just taken place.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 from sortedcontainers import SortedList
 
@@ -27,16 +26,8 @@ from stripemq.managed_ledger.position import Position
 
 log = logging.getLogger(__name__)
 
+# Settings: ``DelayedDeliveryConfig`` in ``stripemq.broker.config``.
 DEFAULT_TICK_MS = 1000
-
-
-@dataclass(frozen=True)
-class DelayedDeliveryConfig:
-    """Whether subscriptions delay messages, and how often due ones are released
-    (``delayedDeliveryEnabled`` and ``delayedDeliveryTickTimeMillis`` in Pulsar)."""
-
-    enabled: bool = True
-    tick_ms: int = DEFAULT_TICK_MS
 
 
 class DelayedDeliveryTracker:

@@ -14,8 +14,8 @@ import logging
 from dataclasses import dataclass, field
 
 from stripemq.bookie.client import BookKeeper
+from stripemq.broker.config import DelayedDeliveryConfig
 from stripemq.broker.dedup import Deduplication
-from stripemq.broker.delayed_delivery import DelayedDeliveryConfig
 from stripemq.broker.names import check_topic_supported
 from stripemq.broker.namespaces import check_namespace, ensure_defaults
 from stripemq.broker.ownership import BrokerInfo, Bundle, Ownership, bundle_of
@@ -24,8 +24,8 @@ from stripemq.broker.partitions import (
     create_partitioned_topic,
     partition_count,
 )
-from stripemq.broker.topic import BrokerError, PersistentTopic
-from stripemq.errors import StripeMQError
+from stripemq.broker.topic import PersistentTopic
+from stripemq.errors import BrokerError, StripeMQError
 from stripemq.managed_ledger.config import ManagedLedgerConfig
 from stripemq.managed_ledger.managed_ledger import ManagedLedgerFactory
 from stripemq.metadata import MetadataStore

@@ -1,5 +1,10 @@
 """``stripemq`` entry point: ``standalone``, ``broker``, ``bookie``, ``autorecovery``,
-``shell`` and ``client`` (more roles come with their issues)."""
+``shell`` and ``client`` (more roles come with their issues).
+
+A role with settings (``ROLE_CONFIGS``) takes ``--conf FILE``, ``-c KEY=VALUE`` and
+``--print-config``, plus one option per setting declared with ``option=`` in its settings
+dataclass (``--port``, ``--metadata``, ...): the option's help is the setting's doc.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +12,10 @@ import argparse
 import asyncio
 import json
 import logging
-import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from stripemq.bookie.autorecovery import (
     AutoRecoveryConfig,
@@ -26,15 +29,43 @@ from stripemq.broker.app import BrokerApp
 from stripemq.broker.config import BrokerConfig
 from stripemq.cli.client import add_client_parser, run_client
 from stripemq.cli.shell import add_shell_parser, run_shell
-from stripemq.config import load_config, parse_overrides
+from stripemq.config import describe, format_value, load_config, parse_overrides, render_settings
 from stripemq.errors import StripeMQError
 from stripemq.metadata import create_metadata_store
-from stripemq.standalone import Standalone, StandalonePorts
+from stripemq.standalone import Standalone, StandaloneConfig
 
 log = logging.getLogger("stripemq.cli")
 
+T = TypeVar("T")
 
-def _add_common(parser: argparse.ArgumentParser) -> None:
+# The settings dataclass of each role that has settings (``--print-config``, the README's
+# settings tables through scripts/gen_settings_docs.py).
+ROLE_CONFIGS: dict[str, type[Any]] = {
+    "standalone": StandaloneConfig,
+    "broker": BrokerConfig,
+    "bookie": BookieConfig,
+    "autorecovery": AutoRecoveryConfig,
+}
+
+
+def _option_dest(name: str) -> str:
+    return f"setting_{name}"
+
+
+def _add_common(parser: argparse.ArgumentParser, settings: type) -> None:
+    """The options of a role with settings: one per setting that names an option, then
+    ``--conf``, ``-c``, ``--print-config`` and ``--log-level``."""
+    for item in describe(settings):
+        if item.option:
+            about = f"default {format_value(item.default)}"
+            if item.option.lstrip("-").replace("-", "_") != item.name:
+                about = f"setting {item.name}, {about}"
+            parser.add_argument(
+                item.option,
+                dest=_option_dest(item.name),
+                metavar=item.name.upper(),
+                help=f"{item.doc} ({about})".replace("%", "%%"),
+            )
     parser.add_argument("--conf", help="TOML file of settings")
     parser.add_argument(
         "-c",
@@ -44,7 +75,30 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="override one setting (repeatable)",
     )
+    parser.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print every setting with its help, type, default and the value these options "
+        "give it (a TOML settings file), then exit without starting anything",
+    )
     parser.add_argument("--log-level", default="INFO")
+
+
+def _option_values(args: argparse.Namespace, settings: type) -> dict[str, object]:
+    """The settings given by their own command-line options (``--port 6651``)."""
+    values: dict[str, object] = {}
+    for item in describe(settings):
+        value = getattr(args, _option_dest(item.name), None) if item.option else None
+        if value is not None:
+            values[item.name] = value
+    return values
+
+
+def _load(args: argparse.Namespace, settings: type[T]) -> T:
+    """``settings`` from its defaults, ``--conf``, ``STRIPEMQ_*``, its options and ``-c``."""
+    overrides = _option_values(args, settings)
+    overrides.update(parse_overrides(args.overrides))
+    return load_config(settings, args.conf, overrides)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,31 +108,18 @@ def build_parser() -> argparse.ArgumentParser:
     standalone = sub.add_parser(
         "standalone", help="embedded metadata store, one bookie and one broker in one process"
     )
-    standalone.add_argument("--data-dir", default="data/standalone", type=os.path.abspath)
-    standalone.add_argument("--broker-port", type=int, default=6650)
-    standalone.add_argument("--web-port", type=int, default=8080)
-    standalone.add_argument("--bookie-port", type=int, default=3181)
-    _add_common(standalone)
+    _add_common(standalone, StandaloneConfig)
 
     broker = sub.add_parser("broker", help="run a broker (Pulsar protocol on 6650)")
-    broker.add_argument("--metadata", help="metadata service URL, e.g. zk://127.0.0.1:2181/")
-    broker.add_argument("--port", type=int, help="Pulsar protocol port (default 6650)")
-    broker.add_argument("--host", help="address to listen on (default 127.0.0.1)")
-    broker.add_argument("--advertised-address", help="host clients are told to connect to")
-    _add_common(broker)
+    _add_common(broker, BrokerConfig)
 
     bookie = sub.add_parser("bookie", help="run a bookie (storage node)")
-    bookie.add_argument("--metadata", help="metadata service URL, e.g. zk://127.0.0.1:2181/")
-    bookie.add_argument("--port", type=int, help="gRPC port (default 3181)")
-    bookie.add_argument("--host", help="address to listen on (default 127.0.0.1)")
-    bookie.add_argument("--data-dir", help="journal and ledger storage directory")
-    bookie.add_argument("--rack", help="rack label used by rack-aware placement")
-    _add_common(bookie)
+    _add_common(bookie, BookieConfig)
 
     autorecovery = sub.add_parser(
         "autorecovery", help="run auto-recovery (auditor candidate and replication workers)"
     )
-    autorecovery.add_argument("--metadata", help="metadata service URL, e.g. zk://127.0.0.1:2181/")
+    _add_common(autorecovery, AutoRecoveryConfig)
     once = autorecovery.add_mutually_exclusive_group()
     once.add_argument(
         "--disable", action="store_true", help="switch auto-recovery off cluster-wide, then exit"
@@ -89,27 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print the auditor and the under-replicated ledgers as JSON, then exit",
     )
-    _add_common(autorecovery)
 
     add_shell_parser(sub)
     add_client_parser(sub)
     return parser
-
-
-def _bookie_config(args: argparse.Namespace) -> BookieConfig:
-    overrides: dict[str, object] = {}
-    for option, setting in (
-        ("metadata", "metadata_service_uri"),
-        ("port", "bookie_port"),
-        ("host", "bookie_host"),
-        ("data_dir", "data_dir"),
-        ("rack", "rack"),
-    ):
-        value = getattr(args, option, None)
-        if value is not None:
-            overrides[setting] = value
-    overrides.update(parse_overrides(args.overrides))
-    return load_config(BookieConfig, args.conf, overrides)
 
 
 class _Service(Protocol):
@@ -135,19 +159,11 @@ async def _serve_until_signalled(
 
 
 async def _run_bookie(args: argparse.Namespace) -> None:
-    await _serve_until_signalled(BookieServer(_bookie_config(args)))
-
-
-def _autorecovery_config(args: argparse.Namespace) -> AutoRecoveryConfig:
-    overrides: dict[str, object] = {}
-    if args.metadata is not None:
-        overrides["metadata_service_uri"] = args.metadata
-    overrides.update(parse_overrides(args.overrides))
-    return load_config(AutoRecoveryConfig, args.conf, overrides)
+    await _serve_until_signalled(BookieServer(_load(args, BookieConfig)))
 
 
 async def _run_autorecovery(args: argparse.Namespace) -> None:
-    config = _autorecovery_config(args)
+    config = _load(args, AutoRecoveryConfig)
     if not (args.disable or args.enable or args.status):
         await _serve_until_signalled(AutoRecoveryService(config.metadata_service_uri, config))
         return
@@ -177,25 +193,46 @@ async def _run_autorecovery(args: argparse.Namespace) -> None:
         await store.close()
 
 
+def _standalone(args: argparse.Namespace) -> Standalone:
+    # The standalone's own settings come from its options only: a settings file, STRIPEMQ_*
+    # variables and -c hold bookie and broker settings (data_dir there is the bookie's).
+    config = load_config(StandaloneConfig, None, _option_values(args, StandaloneConfig), {})
+    return Standalone(config, args.conf, parse_overrides(args.overrides))
+
+
 async def _run_standalone(args: argparse.Namespace) -> None:
-    ports = StandalonePorts(broker=args.broker_port, web=args.web_port, bookie=args.bookie_port)
-    standalone = Standalone(Path(args.data_dir), ports, args.conf, parse_overrides(args.overrides))
-    await _serve_until_signalled(standalone)
+    await _serve_until_signalled(_standalone(args))
 
 
 async def _run_broker(args: argparse.Namespace) -> None:
-    overrides: dict[str, object] = {}
-    for option, setting in (
-        ("metadata", "metadata_service_uri"),
-        ("port", "broker_service_port"),
-        ("host", "bind_address"),
-        ("advertised_address", "advertised_address"),
-    ):
-        value = getattr(args, option, None)
-        if value is not None:
-            overrides[setting] = value
-    overrides.update(parse_overrides(args.overrides))
-    await _serve_until_signalled(BrokerApp(load_config(BrokerConfig, args.conf, overrides)))
+    await _serve_until_signalled(BrokerApp(_load(args, BrokerConfig)))
+
+
+def config_text(args: argparse.Namespace) -> str:
+    """What ``stripemq <role> --print-config`` prints: the role's settings, after its
+    defaults, ``--conf``, ``STRIPEMQ_*`` variables and options, as a commented TOML file."""
+    role = args.command
+    head = (
+        f"# stripemq {role} settings: defaults, then --conf, STRIPEMQ_* variables and options.\n"
+        "# Each setting: its help, then (type; default; Pulsar name; option), then its value.\n"
+    )
+    if role != "standalone":
+        return f"{head}\n{render_settings(_load(args, ROLE_CONFIGS[role]))}"
+    standalone = _standalone(args)
+    bookie, broker = standalone.bookie_config, standalone.broker_config
+    shared = sorted(
+        {item.name for item in describe(BookieConfig)}
+        & {item.name for item in describe(BrokerConfig)}
+    )
+    return (
+        f"{head}\n"
+        "# The standalone's own settings: command-line options only, not settings-file keys.\n\n"
+        f"{render_settings(standalone.config, commented=True)}\n"
+        "# Bookie settings (settings file, STRIPEMQ_* and -c, as for every setting below).\n\n"
+        f"{render_settings(bookie)}\n"
+        f"# Broker settings ({', '.join(shared)}: above, given to both roles).\n\n"
+        f"{render_settings(broker, skip=shared)}"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -207,6 +244,13 @@ def main(argv: list[str] | None = None) -> None:
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if getattr(args, "print_config", False):
+        try:
+            sys.stdout.write(config_text(args))
+        except StripeMQError as exc:
+            log.error("%s", exc)
+            sys.exit(2)
+        return
     runners = {
         "standalone": _run_standalone,
         "broker": _run_broker,

@@ -4,36 +4,75 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from stripemq.config import setting
 from stripemq.errors import ConfigError
 from stripemq.managed_ledger.cursor.config import CursorConfig
 
 
 @dataclass
 class ManagedLedgerConfig:
-    # Replication of each topic ledger (managedLedgerDefault{Ensemble,WriteQuorum,AckQuorum}).
-    ensemble_size: int = 2
-    write_quorum_size: int = 2
-    ack_quorum_size: int = 2
-    # The current ledger rolls over after this many entries or bytes
-    # (managedLedgerMaxEntriesPerLedger, managedLedgerMaxSizePerLedgerMbytes) ...
-    max_entries_per_ledger: int = 50_000
-    max_size_per_ledger_bytes: int = 2048 * 1024 * 1024
-    # ... or when older than the maximum, but never before the minimum
-    # (managedLedger{Min,Max}LedgerRolloverTimeMinutes).
-    min_rollover_time_s: float = 600.0
-    max_rollover_time_s: float = 14_400.0
-    # Ledgers every cursor has passed are kept while younger than this or while the topic
-    # is under this size; -1 keeps them for ever (defaultRetention{TimeInMinutes,SizeInMB}).
-    retention_time_s: float = 0.0
-    retention_size_bytes: int = 0
-    # Bytes of recent entries kept in memory for tailing reads, for all the topics of a
-    # broker together (managedLedgerCacheSizeMB).
-    cache_size_bytes: int = 64 * 1024 * 1024
-    # Largest entry accepted (the protocol's 5 MiB frame, less headers).
-    max_entry_bytes: int = 5 * 1024 * 1024
-    # Password of the topic's ledgers (Pulsar uses an empty one with CRC32C digests).
-    password: bytes = b""
-    cursor: CursorConfig = field(default_factory=CursorConfig)
+    """How a broker keeps its topics; built from ``BrokerConfig.managed_ledger_config``."""
+
+    ensemble_size: int = setting(
+        2,
+        "Bookies each topic ledger is striped over.",
+        pulsar_name="managedLedgerDefaultEnsembleSize",
+    )
+    write_quorum_size: int = setting(
+        2, "Bookies each entry is written to.", pulsar_name="managedLedgerDefaultWriteQuorum"
+    )
+    ack_quorum_size: int = setting(
+        2,
+        "Bookies that must confirm an entry before it is acknowledged.",
+        pulsar_name="managedLedgerDefaultAckQuorum",
+    )
+    max_entries_per_ledger: int = setting(
+        50_000,
+        "The current ledger rolls over after this many entries (once older than the minimum "
+        "rollover time).",
+        pulsar_name="managedLedgerMaxEntriesPerLedger",
+    )
+    max_size_per_ledger_bytes: int = setting(
+        2048 * 1024 * 1024,
+        "... or after this many bytes (once older than the minimum rollover time).",
+        pulsar_name="managedLedgerMaxSizePerLedgerMbytes",
+    )
+    min_rollover_time_s: float = setting(
+        600.0,
+        "A ledger never rolls over for its size or entry count before it is this old.",
+        pulsar_name="managedLedgerMinLedgerRolloverTimeMinutes",
+    )
+    max_rollover_time_s: float = setting(
+        14_400.0,
+        "A ledger rolls over when it is this old, whatever its size.",
+        pulsar_name="managedLedgerMaxLedgerRolloverTimeMinutes",
+    )
+    retention_time_s: float = setting(
+        0.0,
+        "Ledgers every cursor has passed are kept while younger than this (-1: for ever).",
+        pulsar_name="defaultRetentionTimeInMinutes",
+    )
+    retention_size_bytes: int = setting(
+        0,
+        "... or while the topic is under this size (-1: for ever).",
+        pulsar_name="defaultRetentionSizeInMB",
+    )
+    cache_size_bytes: int = setting(
+        64 * 1024 * 1024,
+        "Bytes of recent entries kept in memory for tailing reads, for all the topics of a "
+        "broker together.",
+        pulsar_name="managedLedgerCacheSizeMB",
+    )
+    max_entry_bytes: int = setting(
+        5 * 1024 * 1024, "Largest entry accepted (the protocol's 5 MiB frame, less headers)."
+    )
+    password: bytes = setting(
+        b"", "Password of the topic's ledgers (Pulsar uses an empty one with CRC32C digests)."
+    )
+    cursor: CursorConfig = field(
+        default_factory=CursorConfig,
+        metadata={"doc": "Persistence of the topic's cursors (subscriptions)."},
+    )
 
     def validate(self) -> None:
         if not 1 <= self.ack_quorum_size <= self.write_quorum_size <= self.ensemble_size:

@@ -22,7 +22,7 @@ from stripemq.broker.topic import READ_BATCH
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.frames import encode_entry as encode_message
 from stripemq.proto.frames import encode_payload_command
-from stripemq.standalone import Standalone, StandalonePorts
+from stripemq.standalone import Standalone, StandaloneConfig
 from stripemq.testing.journal_gate import installed_gate
 from stripemq.testing.polling import until
 from stripemq.testing.ports import free_port
@@ -37,10 +37,14 @@ GREEDY_MESSAGES = 600  # of 64 KiB: far more than a socket's buffers hold
 
 @pytest.fixture
 async def standalone(tmp_path: Path) -> AsyncIterator[Standalone]:
-    ports = StandalonePorts(broker=free_port(), web=free_port(), bookie=free_port())
+    config = StandaloneConfig(
+        str(tmp_path / "data"),
+        broker_port=free_port(),
+        web_port=free_port(),
+        bookie_port=free_port(),
+    )
     node = Standalone(
-        tmp_path / "data",
-        ports,
+        config,
         overrides={"stats_http_port": 0, "max_pending_publish_requests_per_connection": WINDOW},
     )
     await node.start()

@@ -23,7 +23,7 @@ from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.entry import EntryHeader, encode_entry
 from stripemq.proto.frames import encode_entry as encode_message
 from stripemq.proto.frames import encode_payload_command
-from stripemq.standalone import Standalone, StandalonePorts
+from stripemq.standalone import Standalone, StandaloneConfig
 from stripemq.testing.journal_gate import blocked_holding, installed_gate
 from stripemq.testing.ports import free_port
 from stripemq.testing.raw_connection import RawConnection
@@ -68,8 +68,13 @@ async def test_a_bookie_add_completes_only_after_the_journal_sync_returns(
 
 @pytest.fixture
 async def standalone(tmp_path: Path) -> AsyncIterator[Standalone]:
-    ports = StandalonePorts(broker=free_port(), web=free_port(), bookie=free_port())
-    node = Standalone(tmp_path / "data", ports, overrides={"stats_http_port": 0})
+    config = StandaloneConfig(
+        str(tmp_path / "data"),
+        broker_port=free_port(),
+        web_port=free_port(),
+        bookie_port=free_port(),
+    )
+    node = Standalone(config, overrides={"stats_http_port": 0})
     await node.start()
     yield node
     await node.stop()

@@ -1,7 +1,8 @@
-"""The shared config loader and the bookie's disk-usage policy."""
+"""The shared config loader, its settings docs, and the bookie's disk-usage policy."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,17 @@ import pytest
 from stripemq.bookie.autorecovery import AutoRecoveryConfig
 from stripemq.bookie.config import BookieConfig
 from stripemq.bookie.disk import DiskUsage, DiskUsagePolicy
-from stripemq.config import load_config, parse_overrides
+from stripemq.config import (
+    SettingDoc,
+    describe,
+    format_value,
+    load_config,
+    parse_overrides,
+    render_settings,
+    setting,
+    settings_table,
+    toml_value,
+)
 from stripemq.errors import ConfigError
 
 
@@ -94,3 +105,62 @@ def test_environment_variables_sit_between_the_file_and_the_flags(tmp_path) -> N
     config = load_config(BrokerConfig, conf, {"keep_alive_interval_seconds": "9"}, environ)
     assert config.broker_service_port == 7100  # the environment beats the file
     assert config.keep_alive_interval_seconds == 9  # a flag beats both
+
+
+@dataclass
+class _Toy:
+    port: int = setting(6650, "Port  of the\n  thing.", pulsar_name="toyPort", option="--port")
+    host: str | None = setting(None, "Host | or unset.")
+    names: list[str] = field(default_factory=list, metadata={"doc": "Names."})
+    ratio: float = 0.5  # no doc
+
+
+def test_setting_keeps_its_doc_in_the_field_metadata() -> None:
+    (port, host, names, ratio) = describe(_Toy)
+    assert port == SettingDoc("port", "int", 6650, "Port of the thing.", "toyPort", "--port")
+    assert (host.type, host.default, host.doc, host.option) == (
+        "str | None",
+        None,
+        "Host | or unset.",
+        None,
+    )
+    assert (names.type, names.default, names.doc) == ("list[str]", [], "Names.")
+    assert (ratio.doc, ratio.pulsar_name) == ("", None)
+    with pytest.raises(ValueError, match="doc"):
+        setting(1, "  ")
+
+
+def test_values_are_shown_as_toml() -> None:
+    assert [toml_value(v) for v in (True, 3, 0.25, 'a"b', ["x", "y"])] == [
+        "true",
+        "3",
+        "0.25",
+        '"a\\"b"',
+        '["x", "y"]',
+    ]
+    assert format_value(None) == "unset"
+    with pytest.raises(TypeError):
+        toml_value(b"bytes")
+
+
+def test_settings_table_is_one_row_per_field_with_pipes_escaped() -> None:
+    lines = settings_table(_Toy).splitlines()
+    assert lines[0] == "| setting | type | default | Pulsar name | meaning |"
+    assert lines[2] == "| `port` (`--port`) | `int` | `6650` | `toyPort` | Port of the thing. |"
+    assert lines[3] == "| `host` | `str \\| None` | — |  | Host \\| or unset. |"
+    assert len(lines) == 2 + 4
+
+
+def test_rendered_settings_are_a_settings_file(tmp_path: Path) -> None:
+    config = load_config(BookieConfig, None, {"bookie_port": "4000", "rack": "r1"})
+    text = render_settings(config)
+    assert (
+        "# (int; default 3181; Pulsar name bookiePort; option --port)\nbookie_port = 4000" in text
+    )
+    assert "# advertised_address = unset" in text  # None has no TOML literal: commented out
+    conf = tmp_path / "bookie.toml"
+    conf.write_text(text)
+    assert load_config(BookieConfig, conf, environ={}) == config
+    commented = render_settings(config, commented=True, skip={"rack"})
+    assert "\nbookie_port" not in commented and "# bookie_port = 4000" in commented
+    assert "rack =" not in commented

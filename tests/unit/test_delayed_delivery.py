@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from stripemq.broker.config import BrokerConfig
-from stripemq.broker.delayed_delivery import DelayedDeliveryConfig, DelayedDeliveryTracker
+from stripemq.broker.config import BrokerConfig, DelayedDeliveryConfig
+from stripemq.broker.delayed_delivery import DelayedDeliveryTracker
 from stripemq.broker.delivery import DeliveryState, EntryInfo
 from stripemq.broker.dispatch import ConsumerSlot, Dispatcher, RoundRobinDispatcher
 from stripemq.broker.key_shared import KeySharedDispatcher

@@ -1,7 +1,8 @@
 """Auto-recovery settings (BookKeeper's auditor and replication worker options, snake_case).
 
 Loaded like every other process's settings with ``stripemq.config.load_config``: defaults,
-then a TOML file, then ``-c key=value`` overrides.
+then a TOML file, then ``STRIPEMQ_*`` variables, then ``-c key=value`` overrides. Each
+setting's help is in its ``setting(...)`` (``stripemq autorecovery --print-config``).
 """
 
 from __future__ import annotations
@@ -9,60 +10,88 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass
-from typing import Protocol
 
-from stripemq.config import load_config
+from stripemq.bookie.config import BookieConfig
+from stripemq.config import load_config, setting
 from stripemq.errors import ConfigError
-
-
-class _BookieSettings(Protocol):
-    metadata_service_uri: str
-    zk_timeout_ms: int
-    autorecovery_conf: str | None
-
-    @property
-    def bookie_id(self) -> str: ...
 
 
 @dataclass
 class AutoRecoveryConfig:
     """Everything ``stripemq autorecovery`` (or a bookie running it inside) needs."""
 
-    metadata_service_uri: str = "memory://"
-    # ZooKeeper session timeout: how long the auditor's election node and a worker's ledger
-    # locks outlive a process that died without closing its session (zkTimeout).
-    zk_timeout_ms: int = 10_000
-    # How this process names itself in the election and lock nodes; default host:pid.
-    instance_id: str | None = None
+    metadata_service_uri: str = setting(
+        "memory://",
+        "Metadata store: zk://host:port[,host:port]/chroot for a cluster (ZooKeeper), "
+        "local:///dir for an embedded one, memory:// for one in this process only.",
+        pulsar_name="metadataServiceUri",
+        option="--metadata",
+    )
+    zk_timeout_ms: int = setting(
+        10_000,
+        "Metadata session timeout: how long the auditor's election node and a worker's ledger "
+        "locks outlive a process that died without closing its session.",
+        pulsar_name="zkTimeout",
+    )
+    instance_id: str | None = setting(
+        None,
+        "How this process names itself in the election and lock nodes; defaults to host:pid "
+        "(inside a bookie: the bookie's id).",
+    )
 
-    # Auditor. A bookie that has been gone this long is lost and its ledgers are marked
-    # under-replicated; one that comes back sooner is left alone (lostBookieRecoveryDelay).
-    lost_bookie_recovery_delay_s: float = 0.0
-    # Full check of every ledger against the registered bookies, besides the checks on
-    # election and on every change of the registered bookies; 0 disables
-    # (auditorPeriodicBookieCheckInterval).
-    auditor_periodic_bookie_check_interval_s: float = 86_400.0
+    # Auditor.
+    lost_bookie_recovery_delay_s: float = setting(
+        0.0,
+        "A bookie that has been gone this long is lost and its ledgers are marked "
+        "under-replicated; one that comes back sooner is left alone.",
+        pulsar_name="lostBookieRecoveryDelay",
+    )
+    auditor_periodic_bookie_check_interval_s: float = setting(
+        86_400.0,
+        "Full check of every ledger against the registered bookies, besides the checks on "
+        "election and on every change of the registered bookies (0 turns it off).",
+        pulsar_name="auditorPeriodicBookieCheckInterval",
+    )
 
     # Replication workers in this process.
-    replication_workers: int = 1
-    # An open ledger whose current fragment lost a bookie is left to its writer this long,
-    # then fenced and closed by recovery before it is re-replicated
-    # (openLedgerRereplicationGracePeriod).
-    open_ledger_rereplication_grace_period_s: float = 30.0
-    # After a failed attempt the worker keeps the ledger locked for a back-off delay (from
-    # the first value, doubling up to the second), so no worker retries it at once
-    # (rwRereplicateBackoffMs, lockReleaseOfFailedLedgerGracePeriod).
-    replication_retry_backoff_s: float = 1.0
-    replication_retry_backoff_max_s: float = 300.0
-    # Entries being copied at once per worker.
-    replication_max_concurrent_entries: int = 64
-    # A waiting worker rescans the queue this often even without a watch event (a safety
-    # net: watches normally wake it at once).
-    underreplication_poll_interval_s: float = 60.0
+    replication_workers: int = setting(1, "Replication workers in this process (0: none).")
+    open_ledger_rereplication_grace_period_s: float = setting(
+        30.0,
+        "An open ledger whose current fragment lost a bookie is left to its writer this long, "
+        "then fenced and closed by recovery before it is re-replicated.",
+        pulsar_name="openLedgerRereplicationGracePeriod",
+    )
+    replication_retry_backoff_s: float = setting(
+        1.0,
+        "After a failed attempt the worker keeps the ledger locked for a back-off delay, so no "
+        "worker retries it at once: the first delay, doubled on each further failure.",
+        pulsar_name="rwRereplicateBackoffMs",
+    )
+    replication_retry_backoff_max_s: float = setting(
+        300.0,
+        "The longest back-off delay after failed attempts.",
+        pulsar_name="lockReleaseOfFailedLedgerGracePeriod",
+    )
+    replication_max_concurrent_entries: int = setting(
+        64, "Entries being copied at once per worker."
+    )
+    underreplication_poll_interval_s: float = setting(
+        60.0,
+        "A waiting worker rescans the queue this often even without a watch event (a safety "
+        "net: watches normally wake it at once).",
+    )
 
     # Ledger client deadlines used while copying.
-    add_entry_timeout_s: float = 10.0
-    read_entry_timeout_s: float = 10.0
+    add_entry_timeout_s: float = setting(
+        10.0,
+        "Deadline of one add on one bookie while copying entries.",
+        pulsar_name="addEntryTimeoutSec",
+    )
+    read_entry_timeout_s: float = setting(
+        10.0,
+        "Deadline of one read on one bookie while copying entries.",
+        pulsar_name="readEntryTimeoutSec",
+    )
 
     def validate(self) -> None:
         if self.zk_timeout_ms <= 0:
@@ -97,7 +126,7 @@ class AutoRecoveryConfig:
         return self.instance_id or f"{socket.gethostname()}:{os.getpid()}"
 
     @classmethod
-    def for_bookie(cls, bookie: _BookieSettings) -> AutoRecoveryConfig:
+    def for_bookie(cls, bookie: BookieConfig) -> AutoRecoveryConfig:
         """The settings of the auto-recovery a bookie runs inside (``autorecovery_enabled``):
         the bookie's ``autorecovery_conf`` file if it names one, with the bookie's metadata
         service, session timeout and id on top."""

@@ -4,25 +4,38 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stripemq.config import setting
 from stripemq.errors import ConfigError
 
 
 @dataclass
 class ClientConfig:
-    # An add a bookie has not answered in this long counts as that bookie failing, which
-    # starts an ensemble change (BookKeeper: addEntryTimeoutSec).
-    add_entry_timeout_s: float = 5.0
-    # Deadline of one read on one bookie (readEntryTimeoutSec).
-    read_entry_timeout_s: float = 5.0
-    # A read not answered in this long is also sent to the next replica (0 disables).
-    speculative_read_timeout_ms: int = 2000
-    # An idle writer sends its LAC explicitly after this long, so tailing readers see the
-    # last entries (explictLacInterval; 0 disables).
-    explicit_lac_interval_ms: int = 500
-    # Reads in flight per read_entries call.
-    max_concurrent_reads: int = 64
-    # Ensemble changes one handle may make before giving up with NotEnoughBookies.
-    max_ensemble_changes: int = 32
+    """Deadlines and limits of the ledger client (``BookKeeper(store, config)``)."""
+
+    add_entry_timeout_s: float = setting(
+        5.0,
+        "An add a bookie has not answered in this long counts as that bookie failing, which "
+        "starts an ensemble change.",
+        pulsar_name="addEntryTimeoutSec",
+    )
+    read_entry_timeout_s: float = setting(
+        5.0, "Deadline of one read on one bookie.", pulsar_name="readEntryTimeoutSec"
+    )
+    speculative_read_timeout_ms: int = setting(
+        2000,
+        "A read not answered in this long is also sent to the next replica (0 disables).",
+        pulsar_name="speculativeReadTimeout",
+    )
+    explicit_lac_interval_ms: int = setting(
+        500,
+        "An idle writer sends its LAC explicitly after this long, so tailing readers see the "
+        "last entries (0 disables).",
+        pulsar_name="explictLacInterval",
+    )
+    max_concurrent_reads: int = setting(64, "Reads in flight per read_entries call.")
+    max_ensemble_changes: int = setting(
+        32, "Ensemble changes one handle may make before giving up with NotEnoughBookies."
+    )
 
     def validate(self) -> None:
         if self.add_entry_timeout_s <= 0 or self.read_entry_timeout_s <= 0:

@@ -4,30 +4,56 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stripemq.config import setting
 from stripemq.errors import ConfigError
 
 
 @dataclass
 class CursorConfig:
-    # Replication of each cursor ledger (managedLedgerDefault{Ensemble,WriteQuorum,AckQuorum}).
-    ensemble_size: int = 2
-    write_quorum_size: int = 2
-    ack_quorum_size: int = 2
-    # A snapshot at most this often (managedLedgerDefaultMarkDeleteRateLimit = 1/s) ...
-    snapshot_interval_ms: int = 1000
-    # ... unless this many acks are not yet persisted: then at once (bounds the redelivery
-    # after a crash).
-    snapshot_max_unpersisted_acks: int = 10_000
-    # Largest chunk entry of a snapshot.
-    snapshot_chunk_bytes: int = 1 << 20
-    # The cursor ledger rolls over after this many entries or this long
-    # (managedLedgerCursorMaxEntriesPerLedger, managedLedgerCursorRolloverTimeInSeconds).
-    max_entries_per_ledger: int = 50_000
-    rollover_time_s: int = 14_400
-    # When the cursor ledger cannot be written, this many hole ranges go to the metadata
-    # store instead (managedLedgerMaxUnackedRangesToPersistInMetadataStore); holes beyond
-    # them would be redelivered after a crash, never lost.
-    max_ranges_in_metadata: int = 1000
+    """How cursors persist; built from ``BrokerConfig`` with the managed ledger's config."""
+
+    ensemble_size: int = setting(
+        2,
+        "Bookies each cursor ledger is striped over.",
+        pulsar_name="managedLedgerDefaultEnsembleSize",
+    )
+    write_quorum_size: int = setting(
+        2,
+        "Bookies each snapshot entry is written to.",
+        pulsar_name="managedLedgerDefaultWriteQuorum",
+    )
+    ack_quorum_size: int = setting(
+        2,
+        "Bookies that must confirm a snapshot entry.",
+        pulsar_name="managedLedgerDefaultAckQuorum",
+    )
+    snapshot_interval_ms: int = setting(
+        1000,
+        "A snapshot at most this often (1000 / managedLedgerDefaultMarkDeleteRateLimit) ...",
+        pulsar_name="managedLedgerDefaultMarkDeleteRateLimit",
+    )
+    snapshot_max_unpersisted_acks: int = setting(
+        10_000,
+        "... unless this many acks are not yet persisted: then at once (bounds the redelivery "
+        "after a crash).",
+    )
+    snapshot_chunk_bytes: int = setting(1 << 20, "Largest chunk entry of a snapshot.")
+    max_entries_per_ledger: int = setting(
+        50_000,
+        "The cursor ledger rolls over after this many entries ...",
+        pulsar_name="managedLedgerCursorMaxEntriesPerLedger",
+    )
+    rollover_time_s: int = setting(
+        14_400,
+        "... or when it is this old.",
+        pulsar_name="managedLedgerCursorRolloverTimeInSeconds",
+    )
+    max_ranges_in_metadata: int = setting(
+        1000,
+        "When the cursor ledger cannot be written, this many hole ranges go to the metadata "
+        "store instead; holes beyond them would be redelivered after a crash, never lost.",
+        pulsar_name="managedLedgerMaxUnackedRangesToPersistInMetadataStore",
+    )
 
     def validate(self) -> None:
         if not 1 <= self.ack_quorum_size <= self.write_quorum_size <= self.ensemble_size:
