@@ -41,7 +41,7 @@ class Deduplication:
 
     async def start(self) -> None:
         """Load the last snapshot and read what was stored after it."""
-        self._cursor = await self.ml.open_cursor(CURSOR_NAME, InitialPosition.EARLIEST)
+        self._cursor = await self.ml.open_cursor(CURSOR_NAME, InitialPosition.Earliest)
         self.persisted = {name: int(seq) for name, seq in self._cursor.properties.items()}
         position = self._cursor.read_position
         replayed = 0

@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from stripemq.broker.config import DelayedDeliveryConfig
 from stripemq.broker.dedup import Deduplication
-from stripemq.broker.delayed_delivery import DelayedDeliveryConfig, DelayedDeliveryTracker
+from stripemq.broker.delayed_delivery import DelayedDeliveryTracker
 from stripemq.broker.delivery import Delivery, DeliveryState, EntryInfo
 from stripemq.broker.dispatch import (
     ConsumerSlot,
@@ -27,10 +27,17 @@ from stripemq.broker.dispatch import (
     RoundRobinDispatcher,
     SingleActiveDispatcher,
 )
-from stripemq.broker.key_shared import ConsumerAssignError, KeySharedDispatcher
+from stripemq.broker.key_shared import KeySharedDispatcher
 from stripemq.broker.names import check_subscription_name
 from stripemq.broker.publish_time import PublishTimeSearch, publish_time_of
-from stripemq.errors import ManagedLedgerClosedError, ManagedLedgerFencedError, StripeMQError
+from stripemq.clock import now_ms  # the clock producers set delivery times by
+from stripemq.errors import (
+    BrokerError,
+    ConsumerAssignError,
+    ManagedLedgerClosedError,
+    ManagedLedgerFencedError,
+    StripeMQError,
+)
 from stripemq.managed_ledger.cursor.managed_cursor import ManagedCursor
 from stripemq.managed_ledger.cursor.non_durable import NonDurableCursor
 from stripemq.managed_ledger.cursor.state import BatchAck
@@ -49,14 +56,6 @@ NO_KEY = b"NONE_KEY"  # what Pulsar hashes for a message without a key
 SubType = pb.CommandSubscribe.SubType
 # Subscription types that honour a message's delivery time (Pulsar ignores it on the others).
 DELAYING_TYPES = frozenset({SubType.Shared, SubType.Key_Shared})
-
-
-class BrokerError(StripeMQError):
-    """A request the broker refuses; ``server_error`` is the protocol's code."""
-
-    def __init__(self, server_error: int, message: str) -> None:
-        super().__init__(message)
-        self.server_error = server_error
 
 
 class MessageSink(Protocol):
@@ -109,11 +108,6 @@ def make_dispatcher(sub_type: int, partition_index: int, sticky: bool) -> Dispat
     if sub_type == SubType.Key_Shared:
         return KeySharedDispatcher(sticky=sticky)
     return SingleActiveDispatcher()
-
-
-def _now_ms() -> int:
-    """Wall-clock milliseconds since the epoch: the clock producers set delivery times by."""
-    return time.time_ns() // 1_000_000
 
 
 def entry_info(position: Position, data: bytes) -> EntryInfo:
@@ -422,7 +416,7 @@ class Subscription:
             return False, False
         data = {entry.position: entry.data for entry in entries}
         plan = self.delivery.plan(
-            [entry_info(e.position, e.data) for e in entries], replay=False, now_ms=_now_ms()
+            [entry_info(e.position, e.data) for e in entries], replay=False, now_ms=now_ms()
         )
         self._send(plan.deliveries, data)
         if plan.consumed_through is not None:
@@ -441,7 +435,7 @@ class Subscription:
         self._cancel_delayed_timer()
         if deadline is None:
             return
-        wait_ms = deadline - _now_ms()
+        wait_ms = deadline - now_ms()
         # A deadline a hair ahead still waits a millisecond: no spinning until it comes.
         delay = max(wait_ms, 1) / 1000 if wait_ms > 0 else 0.0
         loop = asyncio.get_running_loop()
@@ -459,7 +453,7 @@ class Subscription:
         allow. The timer is then set for whatever waits next."""
         self._delayed_timer = None
         self._delayed_timer_at = None
-        released = self.delivery.release_delayed(_now_ms())
+        released = self.delivery.release_delayed(now_ms())
         if released:
             log.debug(
                 "subscription %s on %s: %d delayed entries due",

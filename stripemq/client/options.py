@@ -7,6 +7,9 @@ from dataclasses import dataclass
 
 from stripemq.proto import pulsar_api_pb2 as pb
 
+# Shared with the broker and the managed ledger; offered here with the other options.
+from stripemq.proto.initial_position import InitialPosition as InitialPosition
+
 
 class ConsumerType(enum.Enum):
     """Subscription type; values are the protocol's ``CommandSubscribe.SubType``."""
@@ -15,11 +18,6 @@ class ConsumerType(enum.Enum):
     Shared = pb.CommandSubscribe.Shared
     Failover = pb.CommandSubscribe.Failover
     KeyShared = pb.CommandSubscribe.Key_Shared
-
-
-class InitialPosition(enum.Enum):
-    Latest = pb.CommandSubscribe.Latest
-    Earliest = pb.CommandSubscribe.Earliest
 
 
 class CompressionType(enum.Enum):

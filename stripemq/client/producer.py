@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 import time
 from collections import deque
@@ -36,6 +37,7 @@ from stripemq.client.options import (
     Result,
 )
 from stripemq.client.routing import MessageRouter
+from stripemq.clock import now_ms
 from stripemq.errors import (
     AlreadyClosedError,
     ChecksumClientError,
@@ -50,8 +52,9 @@ from stripemq.errors import (
     StripeMQError,
     TopicNotFoundError,
     TopicTerminatedError,
-    client_error_from_server,
+    error_for_server_error,
 )
+from stripemq.lifecycle import Transitions
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.frames import DEFAULT_MAX_MESSAGE_SIZE, encode_entry, encode_payload_command
 
@@ -61,6 +64,31 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SendCallback = Callable[[BaseException | None, MessageId | None], None]
+
+
+class ProducerLifecycle(enum.Enum):
+    """Where a producer is in its life (after Pulsar's ``HandlerState.State``).
+
+    ``CONNECTING``: not attached, or attached with its pending entries not yet sent again;
+    sends queue. ``READY``: attached and caught up; sends go out at once. ``FAILED``:
+    reconnecting gave up for good (the reason is ``failure``). ``CLOSED``: sends raise.
+    """
+
+    CONNECTING = "connecting"
+    READY = "ready"
+    FAILED = "failed"
+    CLOSED = "closed"
+
+
+_P = ProducerLifecycle
+PRODUCER_TRANSITIONS = Transitions[ProducerLifecycle](
+    {
+        _P.CONNECTING: {_P.READY, _P.FAILED, _P.CLOSED},
+        _P.READY: {_P.CONNECTING, _P.CLOSED},
+        _P.FAILED: {_P.CLOSED},
+        _P.CLOSED: set(),
+    }
+)
 
 
 @dataclass
@@ -137,7 +165,7 @@ def outgoing_message(
     at = _to_millis(deliver_at)
     after = _to_millis(deliver_after)
     if after is not None:
-        at = int(time.time() * 1000) + after
+        at = now_ms() + after
     if isinstance(ordering_key, str):
         ordering_key = ordering_key.encode()
     return OutgoingMessage(
@@ -258,6 +286,8 @@ class Producer(ConnectionHandler, SendApi):
         partition: int = -1,
         max_pending: int | None = None,
     ) -> None:
+        # Before the handler's __init__, which sets ``closed`` (a view of this).
+        self.lifecycle = ProducerLifecycle.CONNECTING  # changed only by _move_to
         super().__init__(client, topic)
         self.config = config
         self.partition = partition
@@ -285,10 +315,29 @@ class Producer(ConnectionHandler, SendApi):
         # Messages waiting (in order) for room, from send_message_in_line.
         self._waiting: deque[tuple[OutgoingMessage, asyncio.Future[MessageId]]] = deque()
         self._line_task: asyncio.Task[None] | None = None
-        self._ready = False  # attached and pending entries resent
 
     def __repr__(self) -> str:
         return f"Producer({self.topic_name}, {self.name or '?'})"
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def closed(self) -> bool:
+        return self.lifecycle is ProducerLifecycle.CLOSED
+
+    @closed.setter
+    def closed(self, value: bool) -> None:
+        # ConnectionHandler (shared with the consumer) writes the flag: False as it starts,
+        # True in stop_reconnecting. Here it is a view of the lifecycle.
+        if value:
+            self._move_to(ProducerLifecycle.CLOSED)
+        elif self.closed:
+            self._move_to(ProducerLifecycle.CONNECTING)  # refused: CLOSED is terminal
+
+    def _move_to(self, new: ProducerLifecycle) -> None:
+        """The one place the lifecycle changes; ``IllegalTransitionError`` if it may not."""
+        owner = f"producer on {self.topic_name}"
+        self.lifecycle = PRODUCER_TRANSITIONS.check(owner, self.lifecycle, new)
 
     # ------------------------------------------------------------------ attaching
 
@@ -332,12 +381,16 @@ class Producer(ConnectionHandler, SendApi):
             log.info("%r: resending %d pending entries", self, len(self._pending))
         for entry in self._pending:
             connection.send_raw(entry.frame)
-        self._ready = True
+        if not self.closed:  # closed while attaching: it stays closed
+            self._move_to(ProducerLifecycle.READY)
 
     def detached(self) -> None:
-        self._ready = False
+        if self.lifecycle is ProducerLifecycle.READY:
+            self._move_to(ProducerLifecycle.CONNECTING)
 
     def failed(self, exc: StripeMQError) -> None:
+        if not self.closed:
+            self._move_to(ProducerLifecycle.FAILED)
         self._fail_all(exc)
 
     # ------------------------------------------------------------------ sending
@@ -445,7 +498,7 @@ class Producer(ConnectionHandler, SendApi):
                 self._batch_timer = asyncio.get_running_loop().call_later(delay, self._flush_batch)
         else:
             self._flush_batch()  # keep order: what was batched goes first
-            built = build_single(message, self.name, self._compression, _now_ms())
+            built = build_single(message, self.name, self._compression, now_ms())
             self._enqueue(built, [future])
         return future
 
@@ -460,7 +513,7 @@ class Producer(ConnectionHandler, SendApi):
         if not len(self._batch):
             return
         for messages, futures in self._batch.drain():
-            built = build_batch(messages, self.name, self._compression, _now_ms())
+            built = build_batch(messages, self.name, self._compression, now_ms())
             self._enqueue(built, futures)
 
     def _enqueue(self, built: BuiltEntry, futures: list[asyncio.Future[MessageId]]) -> None:
@@ -481,7 +534,7 @@ class Producer(ConnectionHandler, SendApi):
         pending = _PendingEntry(built, futures, time.monotonic())
         pending.frame = encode_payload_command(command, entry)
         self._pending.append(pending)
-        if self._ready and self.connection is not None:
+        if self.lifecycle is ProducerLifecycle.READY and self.connection is not None:
             try:
                 self.connection.send_raw(pending.frame)
             except StripeMQError:
@@ -549,7 +602,7 @@ class Producer(ConnectionHandler, SendApi):
             error.message,
         )
         if error.error in (pb.TopicTerminatedError, pb.ProducerFenced, pb.NotAllowedError):
-            failure = client_error_from_server(pb.ServerError.Name(error.error), error.message)
+            failure = error_for_server_error(error.error, error.message)
             self._fail_all(failure)
             return
         if self.connection is not None:
@@ -594,7 +647,7 @@ class Producer(ConnectionHandler, SendApi):
             if self.attached:
                 async with asyncio.timeout(self.client.operation_timeout_s):
                     await self.flush()
-        self.closed = True
+        self._move_to(ProducerLifecycle.CLOSED)
         await self.stop_reconnecting()
         self._fail_all(AlreadyClosedError(f"producer on {self.topic_name} closed"))
         if self._timeout_task is not None:
@@ -659,10 +712,6 @@ def _ids_of(
         )
         for i in range(count)
     ]
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class PartitionedProducer(SendApi):

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from stripemq.bookie.client import BookKeeper
 from stripemq.bookie.client.ledger_handle import LedgerHandle
 from stripemq.bookie.client.reader import ReadHandle
+from stripemq.clock import now_ms
 from stripemq.errors import (
     BadVersionError,
     BookieError,
@@ -38,12 +39,12 @@ from stripemq.errors import (
     NoSuchLedgerError,
     StripeMQError,
 )
+from stripemq.lifecycle import Transitions
 from stripemq.managed_ledger.config import ManagedLedgerConfig
 from stripemq.managed_ledger.cursor.managed_cursor import (
     CursorEnvironment,
     CursorStats,
     ManagedCursor,
-    now_ms,
 )
 from stripemq.managed_ledger.cursor.non_durable import NonDurableCursor
 from stripemq.managed_ledger.entry_cache import EntryCacheManager
@@ -56,6 +57,7 @@ from stripemq.managed_ledger.ledger_list import (
 )
 from stripemq.managed_ledger.position import Position
 from stripemq.metadata import MetadataStore
+from stripemq.proto.initial_position import InitialPosition
 from stripemq.retry import Backoff
 
 log = logging.getLogger(__name__)
@@ -65,11 +67,31 @@ HOUSEKEEPING_INTERVAL_S = 5.0
 RECOVERY_DEADLINE_S = 30.0
 
 
-class InitialPosition(enum.Enum):
-    """Where a new cursor starts: after the last entry, or at the first one kept."""
+class ManagedLedgerLifecycle(enum.Enum):
+    """Where a managed ledger is in its life (Pulsar's ``ManagedLedgerImpl.State``).
 
-    LATEST = "latest"
-    EARLIEST = "earliest"
+    ``FENCED``: another owner took it over; nothing of it is written any more, and closing
+    it keeps it ``FENCED`` until ``CLOSED``. ``CLOSING``: no new appends, rollovers or trims;
+    the cursors are persisted and the current ledger sealed.
+    """
+
+    OPENING = "opening"  # made, ``open`` not yet done
+    OPEN = "open"
+    FENCED = "fenced"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+_ML = ManagedLedgerLifecycle
+MANAGED_LEDGER_TRANSITIONS = Transitions[ManagedLedgerLifecycle](
+    {
+        _ML.OPENING: {_ML.OPEN, _ML.FENCED, _ML.CLOSING},
+        _ML.OPEN: {_ML.FENCED, _ML.CLOSING},
+        _ML.FENCED: {_ML.CLOSED},
+        _ML.CLOSING: {_ML.FENCED, _ML.CLOSED},
+        _ML.CLOSED: set(),
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -186,8 +208,7 @@ class ManagedLedger:
             cache = EntryCacheManager(config.cache_size_bytes)
         self.cache = cache.cache_for(name)
         self.entries_added = 0
-        self.closed = False
-        self.fenced = False
+        self.lifecycle = ManagedLedgerLifecycle.OPENING  # changed only by _move_to
         self.on_close: Callable[[], object] | None = None
         self._version = -1
         self._handle: LedgerHandle | None = None
@@ -199,12 +220,11 @@ class ManagedLedger:
         self._last_pushed: _QueuedAdd | None = None  # the latest handed to a ledger
         self._outstanding = 0  # appends accepted and not yet completed
         self._write_failed = False  # an append failed and others are still outstanding
-        self._closing = False
         self._readers: dict[int, ReadHandle] = {}
         self._waiters: list[asyncio.Future[None]] = []
         self._trim_lock = asyncio.Lock()
         self._info_lock = asyncio.Lock()
-        self._trim_task: asyncio.Task[list[int]] | None = None
+        self._trim_task: asyncio.Task[None] | None = None
         self._housekeeping: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ opening
@@ -242,6 +262,7 @@ class ManagedLedger:
             self.cursors[name] = await ManagedCursor.recover(
                 name, f"{self.path}/{child}", self.cursor_env
             )
+        self._move_to(ManagedLedgerLifecycle.OPEN)
         self._housekeeping = asyncio.ensure_future(self._housekeep())
         log.info(
             "opened managed ledger %s: %d ledgers, %d entries, %d cursors, writing ledger %d",
@@ -349,7 +370,8 @@ class ManagedLedger:
         """Hand queued appends to the current ledger, in order, until one needs a new ledger."""
         while self._queued and self._rolling is None and not self.fenced:
             if self._needs_new_ledger():
-                if not self._closing:  # closing: what is queued fails, no new ledger
+                # Closing: what is queued fails, no new ledger.
+                if self.lifecycle not in (_ML.CLOSING, _ML.CLOSED):
                     self._start_rollover()
                 return
             handle = self._handle
@@ -611,7 +633,7 @@ class ManagedLedger:
     # ------------------------------------------------------------------ cursors
 
     async def open_cursor(
-        self, name: str, initial_position: InitialPosition = InitialPosition.LATEST
+        self, name: str, initial_position: InitialPosition = InitialPosition.Latest
     ) -> ManagedCursor:
         """The cursor called ``name``, created at ``initial_position`` if new."""
         self._check_writable()
@@ -621,7 +643,7 @@ class ManagedLedger:
         if not name:
             raise ManagedLedgerError("a cursor needs a name")
         path = cursor_path(self.path, name)
-        if initial_position is InitialPosition.LATEST:
+        if initial_position is InitialPosition.Latest:
             mark_delete = self.chain.last_confirmed()
         else:
             first = self.chain.first_position()
@@ -655,7 +677,7 @@ class ManagedLedger:
     # ------------------------------------------------------------------ trimming
 
     def _schedule_trim(self) -> None:
-        if self._trim_task is None and not self.closed and not self._closing:
+        if self._trim_task is None and self.lifecycle not in (_ML.CLOSING, _ML.CLOSED):
             self._trim_task = asyncio.ensure_future(self._trim_in_background())
 
     async def _trim_in_background(self) -> None:
@@ -669,7 +691,7 @@ class ManagedLedger:
     async def trim(self) -> list[int]:
         """Delete ledgers every cursor has passed that retention does not keep."""
         async with self._trim_lock:
-            if self.closed or self.fenced:
+            if self.lifecycle in (_ML.FENCED, _ML.CLOSED):
                 return []
             doomed = self._ledgers_to_trim()
             if not doomed:
@@ -733,7 +755,7 @@ class ManagedLedger:
 
     async def _housekeep(self) -> None:
         """Roll over an idle ledger that got too old, and trim, every few seconds."""
-        while not self.closed and not self.fenced:
+        while self.lifecycle not in (_ML.FENCED, _ML.CLOSED):
             await asyncio.sleep(HOUSEKEEPING_INTERVAL_S)
             try:
                 if self._rolling is None and self._handle is not None and self._needs_new_ledger():
@@ -761,21 +783,37 @@ class ManagedLedger:
             cursors={name: c.stats() for name, c in self.cursors.items()},
         )
 
+    @property
+    def closed(self) -> bool:
+        return self.lifecycle is ManagedLedgerLifecycle.CLOSED
+
+    @property
+    def fenced(self) -> bool:
+        """Taken over by another owner (and not closed yet)."""
+        return self.lifecycle is ManagedLedgerLifecycle.FENCED
+
+    def _move_to(self, new: ManagedLedgerLifecycle) -> None:
+        """The one place the lifecycle changes; ``IllegalTransitionError`` if it may not."""
+        owner = f"managed ledger {self.name}"
+        self.lifecycle = MANAGED_LEDGER_TRANSITIONS.check(owner, self.lifecycle, new)
+
     def _check_open(self) -> None:
         if self.closed:
             raise ManagedLedgerClosedError(f"managed ledger {self.name} is closed")
 
     def _check_writable(self) -> None:
         self._check_open()
-        if self._closing:
+        if self.lifecycle is ManagedLedgerLifecycle.CLOSING:
             raise ManagedLedgerClosedError(f"managed ledger {self.name} is closing")
         if self.fenced:
             raise ManagedLedgerFencedError(f"managed ledger {self.name} belongs to another owner")
 
     def _mark_fenced(self) -> None:
-        if not self.fenced and not self.closed:
+        if self.closed:
+            return  # nothing of it is written any more, and its cursors are closed
+        if not self.fenced:
             log.warning("managed ledger %s was fenced: another owner took it over", self.name)
-        self.fenced = True
+            self._move_to(ManagedLedgerLifecycle.FENCED)
         for cursor in self.cursors.values():
             cursor.fence()
         self._fail_queued(self._fenced_error())
@@ -787,7 +825,8 @@ class ManagedLedger:
         if self.closed:
             return
         self._mark_fenced()  # every cursor refuses from now on, queued appends fail
-        self.closed = True
+        self._handle = None  # left for the next owner to recover: never sealed from here
+        self._move_to(ManagedLedgerLifecycle.CLOSED)
         for task in (self._housekeeping, self._trim_task, self._rolling):
             if task is not None:
                 task.cancel()
@@ -799,10 +838,12 @@ class ManagedLedger:
             self.on_close()
 
     async def close(self) -> None:
-        """Persist the cursors and seal the current ledger."""
+        """Persist the cursors and seal the current ledger (unless fenced: then it is the
+        new owner's to seal, and nothing is written)."""
         if self.closed:
             return
-        self._closing = True  # no new appends, rollovers or trims from here on
+        if not self.fenced:  # a fenced one takes no appends, rollovers or trims already
+            self._move_to(ManagedLedgerLifecycle.CLOSING)  # and from here on, neither does this
         for task in (self._housekeeping, self._trim_task):
             if task is not None:
                 task.cancel()
@@ -814,9 +855,11 @@ class ManagedLedger:
                 await cursor.close()
             except ManagedLedgerError as exc:
                 log.warning("closing cursor %s of %s: %s", cursor.name, self.name, exc)
-        self.closed = True
+        if self.fenced:
+            self._handle = None  # the new owner's to seal: never closed from here
+        self._move_to(ManagedLedgerLifecycle.CLOSED)  # (abandoned meanwhile: it is already)
         self._wake_waiters()
-        if self._handle is not None and not self.fenced:
+        if self._handle is not None:
             try:
                 await self._handle.close()
             except (BookieError, MetadataError) as exc:

@@ -23,12 +23,12 @@ import os
 import secrets
 import sqlite3
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
+from stripemq.clock import now_ms
 from stripemq.errors import (
     BadVersionError,
     ConfigError,
@@ -80,10 +80,6 @@ CREATE TABLE IF NOT EXISTS nodes (
 CREATE INDEX IF NOT EXISTS nodes_by_parent ON nodes (parent, path);
 CREATE INDEX IF NOT EXISTS nodes_by_owner ON nodes (owner) WHERE owner != 0;
 """
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _child_path(parent: str, name: str) -> str:
@@ -172,7 +168,7 @@ class _Txn:
             raise NodeExistsError(path)
         if parent.owner != PERSISTENT:
             raise NoChildrenForEphemeralsError(f"{parent_path} is ephemeral")
-        now = _now_ms()
+        now = now_ms()
         self.conn.execute(
             "INSERT INTO nodes (path, parent, data, version, cversion, ctime, mtime, owner) "
             "VALUES (?, ?, ?, 0, 0, ?, ?, ?)",
@@ -187,7 +183,7 @@ class _Txn:
         row = self._existing(path, expected_version)
         self.conn.execute(
             "UPDATE nodes SET data = ?, version = version + 1, mtime = ? WHERE path = ?",
-            (bytes(data), _now_ms(), path),
+            (bytes(data), now_ms(), path),
         )
         self.events.append(WatchEvent(EventType.CHANGED, path))
         updated = self.row(path)
@@ -313,7 +309,7 @@ class _Engine:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
         conn.executescript(_SCHEMA)
-        now = _now_ms()
+        now = now_ms()
         conn.execute(
             "INSERT OR IGNORE INTO nodes VALUES ('/', '/', x'', 0, 0, ?, ?, 0)", (now, now)
         )

@@ -7,6 +7,8 @@ import inspect
 import time
 from collections.abc import Awaitable, Callable
 
+from stripemq.clock import now_ms
+
 
 async def until(
     condition: Callable[[], Awaitable[bool] | bool],
@@ -49,7 +51,7 @@ def until_blocking(
 def next_millisecond() -> int:
     """Wait until the wall clock's millisecond changes (so that what is stamped next gets
     a later millisecond than what was stamped before); returns the new one."""
-    start = time.time_ns() // 1_000_000
-    while (now := time.time_ns() // 1_000_000) == start:
+    start = now_ms()
+    while (now := now_ms()) == start:
         time.sleep(0.0001)
     return now

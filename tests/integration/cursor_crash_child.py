@@ -46,7 +46,7 @@ async def main(metadata_url: str, topic: str, entries: int, seed: int) -> None:
     bk = BookKeeper(store, ClientConfig(explicit_lac_interval_ms=100))
     await bk.start()
     ml = await ManagedLedgerFactory(store, bk, CONFIG).open(topic)
-    cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    cursor = await ml.open_cursor("sub", InitialPosition.Earliest)
     positions = list(await asyncio.gather(*(ml.add_entry(b"m%d" % i) for i in range(entries))))
     order = positions[:]
     rng.shuffle(order)

@@ -155,8 +155,8 @@ async def test_ledgers_behind_every_cursor_are_trimmed_and_retention_keeps_them(
 ) -> None:
     async with Owner(metadata_url, SMALL_LEDGERS) as factory:
         ml = await factory.open(TOPIC)
-        slow = await ml.open_cursor("slow", InitialPosition.EARLIEST)
-        fast = await ml.open_cursor("fast", InitialPosition.EARLIEST)
+        slow = await ml.open_cursor("slow", InitialPosition.Earliest)
+        fast = await ml.open_cursor("fast", InitialPosition.Earliest)
         positions = await append(ml, 550)
         first_ledgers = sorted({p.ledger_id for p in positions})
         fast.ack_cumulative(positions[-1])
@@ -187,7 +187,7 @@ async def test_cursor_acks_survive_close_and_reopen_by_another_owner(
 ) -> None:
     async with Owner(metadata_url, SMALL_LEDGERS) as factory:
         ml = await factory.open(TOPIC)
-        cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+        cursor = await ml.open_cursor("sub", InitialPosition.Earliest)
         positions = await append(ml, 300)
         acked = positions[:10] + positions[11:200:3] + [positions[250]]
         cursor.ack(acked)
@@ -289,7 +289,7 @@ async def test_stats_and_delete(
 ) -> None:
     async with Owner(metadata_url, KEEP_ALL) as factory:
         ml = await factory.open(TOPIC)
-        cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+        cursor = await ml.open_cursor("sub", InitialPosition.Earliest)
         positions = await append(ml, 250)
         cursor.ack([positions[3], positions[4], positions[10]])
         await cursor.flush()
@@ -315,7 +315,7 @@ async def test_appends_survive_a_dead_bookie_and_resume_after_losing_too_many(
 ) -> None:
     async with Owner(metadata_url, KEEP_ALL) as factory:
         ml = await factory.open(TOPIC)
-        cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+        cursor = await ml.open_cursor("sub", InitialPosition.Earliest)
         first = await append(ml, 50)
         ensemble = ml._handle.ensemble  # type: ignore[union-attr]
         cluster.by_address(ensemble[0]).kill()
@@ -344,7 +344,7 @@ async def test_trim_racing_rollover_does_not_fence_the_owner(
     """trim() and _rollover() both CAS the ML node with the same cached version."""
     async with Owner(metadata_url, replace(TINY, max_entries_per_ledger=10)) as factory:
         ml = await factory.open(TOPIC)
-        cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+        cursor = await ml.open_cursor("sub", InitialPosition.Earliest)
         positions = [await ml.add_entry(b"m%d" % i) for i in range(20)]  # L1 full, L2 full
         cursor.ack_cumulative(positions[9])  # L1 consumed: a trim is due
         real_put = ml.store.put
@@ -369,7 +369,7 @@ async def test_old_owner_cursor_cannot_fence_the_new_owner(
 ) -> None:
     async with Owner(metadata_url, TINY) as first:
         ml_a = await first.open(TOPIC)
-        cur_a = await ml_a.open_cursor("sub", InitialPosition.EARLIEST)
+        cur_a = await ml_a.open_cursor("sub", InitialPosition.Earliest)
         positions = [await ml_a.add_entry(b"m%d" % i) for i in range(6)]
         cur_a.ack([positions[1]])
         await cur_a.flush()
@@ -390,7 +390,7 @@ async def test_trimming_goes_by_what_cursors_have_persisted(
 ) -> None:
     async with Owner(metadata_url, TINY) as first:
         ml = await first.open(TOPIC)
-        cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+        cursor = await ml.open_cursor("sub", InitialPosition.Earliest)
         p = [await ml.add_entry(b"m%d" % i) for i in range(7)]  # L1: 0-2, L2: 3-5, L3: 6
         cursor.ack([p[1]])
         await cursor.flush()  # snapshot: mark-delete before L1, hole at p[1]
@@ -408,7 +408,7 @@ async def test_trimming_goes_by_what_cursors_have_persisted(
             await cur.flush()
             assert p[0].ledger_id in await ml_b.trim()
         for ml_a in list(first.ledgers.values()):
-            ml_a.closed = True  # the first owner is gone: it writes nothing on the way out
+            ml_a.abandon()  # the first owner is gone: it writes nothing on the way out
 
 
 async def test_acks_during_close_are_refused_and_the_snapshot_stays_whole(
@@ -421,7 +421,7 @@ async def test_acks_during_close_are_refused_and_the_snapshot_stays_whole(
     )
     async with Owner(metadata_url, config) as factory:
         ml = await factory.open(TOPIC)
-        cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+        cursor = await ml.open_cursor("sub", InitialPosition.Earliest)
         p = [await ml.add_entry(b"m%d" % i) for i in range(20)]
         cursor.ack(p[1:12:2])  # 6 holes
         await cursor.flush()
@@ -503,7 +503,7 @@ async def test_a_failed_seal_is_recovered_so_the_ledger_is_closed_in_bookkeeper(
         assert info is not None and info.closed and info.entries == 3
         metadata = await LedgerManager(store).read(first[0].ledger_id)
         assert metadata[0].is_closed and metadata[0].last_entry_id == 2
-        cursor = await ml.open_cursor("late", InitialPosition.EARLIEST)
+        cursor = await ml.open_cursor("late", InitialPosition.Earliest)
         read = await asyncio.wait_for(ml.read_entries(cursor.read_position, 10), 10)
         assert [e.data for e in read] == [payload(i) for i in range(6)]
 

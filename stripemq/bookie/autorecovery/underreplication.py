@@ -17,15 +17,16 @@ it acquired, so a ledger re-marked while it was being worked on stays queued.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import json
 import logging
 import random
-import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from stripemq.bookie.client.ledger_manager import hierarchical_parts
+from stripemq.clock import now_ms
 from stripemq.errors import (
     BadVersionError,
     MetadataError,
@@ -137,7 +138,7 @@ class UnderReplicationManager:
             found = await self.store.get(path)
             if found is None:
                 try:
-                    await self.store.create(path, _encode(lost, int(time.time() * 1000)))
+                    await self.store.create(path, _encode(lost, now_ms()))
                 except (NodeExistsError, NotFoundError):
                     continue  # marked concurrently, or a parent pruned under us: look again
                 log.info("ledger %d marked under-replicated (lost %s)", ledger_id, sorted(lost))
@@ -316,9 +317,9 @@ class UnderReplicationManager:
 
     # ----------------------------------------------------------------- internals
 
-    async def _scan(self, watch: bool) -> list[int]:
+    async def _scan(self, watch: bool) -> builtins.list[int]:  # list: a method here
         """Walk the hierarchy; with ``watch``, watch each directory before listing it."""
-        found: list[int] = []
+        found: builtins.list[int] = []
 
         async def walk(path: str, depth: int) -> None:
             if watch:

@@ -11,6 +11,7 @@ ledger: every pending add fails with ``LedgerFencedError`` and the handle is don
 from __future__ import annotations
 
 import asyncio
+import enum
 import functools
 import logging
 from collections import deque
@@ -32,12 +33,37 @@ from stripemq.errors import (
     NotEnoughBookiesError,
     UnauthorizedAccessError,
 )
+from stripemq.lifecycle import Transitions
 from stripemq.proto.entry import encode_entry, verify_entry
 
 if TYPE_CHECKING:
     from stripemq.bookie.client.bookkeeper import BookKeeper
 
 log = logging.getLogger(__name__)
+
+
+class HandleLifecycle(enum.Enum):
+    """Where a writer's handle is in its life (not the ledger's ``LedgerState``, which the
+    metadata holds for every client; a handle that failed keeps its error in ``_error``).
+
+    ``CLOSING``: adds are refused; those pending complete, then the ledger is sealed (a
+    failed seal is retried by the next ``close``). ``CLOSED``: sealed by this handle, or left
+    to the client that fenced it.
+    """
+
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+_H = HandleLifecycle
+HANDLE_TRANSITIONS = Transitions[HandleLifecycle](
+    {
+        _H.OPEN: {_H.CLOSING, _H.CLOSED},  # CLOSED at once: a recovering handle's seal
+        _H.CLOSING: {_H.CLOSED},
+        _H.CLOSED: set(),
+    }
+)
 
 
 @dataclass(eq=False)
@@ -82,7 +108,7 @@ class LedgerHandle(ReadHandle):
         self._change_task: asyncio.Task[None] | None = None
         self._ensemble_changes = 0
         self._error: BookieError | None = None
-        self._closing = False
+        self.lifecycle = HandleLifecycle.OPEN  # changed only by _move_to
         self._lac_sent = last_add_confirmed  # highest LAC the bookies have been told
         self._lac_task: asyncio.Task[None] | None = None
         self._close_task: asyncio.Future[None] | None = None
@@ -170,7 +196,7 @@ class LedgerHandle(ReadHandle):
             raise IllegalOpError("a recovering handle only re-adds what it recovered")
         if self._error is not None:
             raise type(self._error)(str(self._error))
-        if self._closing or self.metadata.is_closed:
+        if self.lifecycle is not HandleLifecycle.OPEN or self.metadata.is_closed:
             raise LedgerClosedError(f"ledger {self.ledger_id} is closed")
 
     def _send_to_write_set(self, op: PendingAdd) -> None:
@@ -236,7 +262,8 @@ class LedgerHandle(ReadHandle):
     # ----------------------------------------------------------------- ensemble change
 
     def _on_bookie_failure(self, slot: int, bookie: str, error: BaseException) -> None:
-        if (self._closing and not self._pending) or self.metadata.is_closed:
+        closing = self.lifecycle is not HandleLifecycle.OPEN
+        if (closing and not self._pending) or self.metadata.is_closed:
             return  # nothing left to write: no new fragment needed
         if self.bk.closed:
             # The client's own connections were closed under the adds: not the bookie's fault.
@@ -340,7 +367,7 @@ class LedgerHandle(ReadHandle):
 
     async def _send_explicit_lac(self, interval: float) -> None:
         """When adds pause, tell the bookies the LAC the last entries could not carry."""
-        while not self._closing and self._error is None and not self.bk.closed:
+        while self.lifecycle is HandleLifecycle.OPEN and self._error is None and not self.bk.closed:
             await asyncio.sleep(interval)
             if self._pending or self._change_task is not None or self._lac <= self._lac_sent:
                 continue
@@ -373,14 +400,22 @@ class LedgerHandle(ReadHandle):
                     self._close_task = None  # let a later close() retry
             raise
 
+    def _move_to(self, new: HandleLifecycle) -> None:
+        """The one place the lifecycle changes; ``IllegalTransitionError`` if it may not."""
+        owner = f"ledger {self.ledger_id} handle"
+        self.lifecycle = HANDLE_TRANSITIONS.check(owner, self.lifecycle, new)
+
     async def _close(self) -> None:
-        self._closing = True
+        if self.lifecycle is HandleLifecycle.CLOSED:
+            return  # sealed already (a recovering handle's ``seal``)
+        self._move_to(HandleLifecycle.CLOSING)  # a retry after a failed seal: still CLOSING
         if self._pending:
             futures = [op.future for op in self._pending]
             await asyncio.gather(*futures, return_exceptions=True)
         if self._lac_task is not None:
             self._lac_task.cancel()
         if isinstance(self._error, (LedgerFencedError, LedgerClosedError)):
+            self._move_to(HandleLifecycle.CLOSED)
             return  # the recovering client seals it
         await self.seal(self._lac, self._length_confirmed)
 
@@ -397,8 +432,9 @@ class LedgerHandle(ReadHandle):
                     )
                 self.metadata, self.version = current, version
                 self._lac = current.last_entry_id
-                return
+                break
             self._check_still_ours(current)
             for start, ensemble in sorted(self._recovery_fragments.items()):
                 current = current.with_ensemble(start, ensemble)
             self.metadata, self.version = current, version
+        self._move_to(HandleLifecycle.CLOSED)

@@ -10,9 +10,9 @@ import bisect
 import enum
 import hashlib
 import json
-import time
 from dataclasses import dataclass, field, replace
 
+from stripemq.clock import now_ms
 from stripemq.errors import InvalidEntryError
 
 FORMAT_VERSION = 1
@@ -20,6 +20,10 @@ DIGEST_TYPE = "CRC32C"
 
 
 class LedgerState(enum.Enum):
+    """A ledger's state in its metadata, which every client agrees on (a bookie's own record
+    of a ledger is ``bookie.storage.engine.LedgerDescriptor``; a writer's handle has its
+    ``HandleLifecycle``)."""
+
     OPEN = "OPEN"
     IN_RECOVERY = "IN_RECOVERY"
     CLOSED = "CLOSED"
@@ -43,7 +47,7 @@ class LedgerMetadata:
     last_entry_id: int = -1
     length: int = 0
     digest_type: str = DIGEST_TYPE
-    ctime_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    ctime_ms: int = field(default_factory=now_ms)
     custom_metadata: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -80,8 +80,9 @@ COMPACTION_BATCH_BYTES = 8 * 1024 * 1024
 
 
 @dataclass
-class LedgerState:
-    """A bookie's in-memory view of one ledger."""
+class LedgerDescriptor:
+    """A bookie's in-memory view of one ledger: its key, fence bit and LACs (BookKeeper's
+    ``LedgerDescriptor``). Not the ledger's metadata state, which is ``LedgerState``."""
 
     ledger_id: int
     master_key: bytes | None = None
@@ -182,7 +183,7 @@ class BookieStorage:
         )
         self.entries_added = 0
         self.checkpoints = 0
-        self._ledgers: dict[int, LedgerState] = {}
+        self._ledgers: dict[int, LedgerDescriptor] = {}
         # Garbage-collected ledgers; replaced (never changed) on the event loop.
         self.deleted = DeletedLedgers()
         self._deleted_unsaved = False  # the last save failed (full disk): retry next round
@@ -308,7 +309,7 @@ class BookieStorage:
             return  # garbage-collected after this record was journalled
         state = self._ledgers.get(record.ledger_id) or self._load_state_sync(record.ledger_id)
         if state is None:
-            state = LedgerState(record.ledger_id)
+            state = LedgerDescriptor(record.ledger_id)
         self._ledgers[record.ledger_id] = state
         if record.type is RecordType.ENTRY:
             try:
@@ -335,7 +336,7 @@ class BookieStorage:
 
     # ------------------------------------------------------------------ ledger state
 
-    def _load_state_sync(self, ledger_id: int) -> LedgerState | None:
+    def _load_state_sync(self, ledger_id: int) -> LedgerDescriptor | None:
         """Rebuild a ledger's state from its index file (blocking; off the loop)."""
         try:
             header = self.index.read_header(ledger_id)
@@ -346,7 +347,7 @@ class BookieStorage:
             header = LedgerHeader(fenced=True)
         if header is None:
             return None
-        state = LedgerState(
+        state = LedgerDescriptor(
             ledger_id,
             master_key=header.master_key,
             fenced=header.fenced,
@@ -379,7 +380,7 @@ class BookieStorage:
                 if self.index.get_location(ledger_id, entry_id) == location:
                     raise  # not moved: the index points into a log that is gone
 
-    async def _state(self, ledger_id: int, create: bool = False) -> LedgerState:
+    async def _state(self, ledger_id: int, create: bool = False) -> LedgerDescriptor:
         state = self._ledgers.get(ledger_id)
         if state is not None:
             return state
@@ -400,11 +401,11 @@ class BookieStorage:
         if loaded is None:
             if not create:
                 raise NoSuchLedgerError(f"ledger {ledger_id} does not exist on this bookie")
-            loaded = LedgerState(ledger_id)
+            loaded = LedgerDescriptor(ledger_id)
         self._ledgers[ledger_id] = loaded
         return loaded
 
-    def _check_key(self, state: LedgerState, master_key: bytes, records: list[bytes]) -> None:
+    def _check_key(self, state: LedgerDescriptor, master_key: bytes, records: list[bytes]) -> None:
         """Bind a new ledger to ``master_key`` or refuse a different one."""
         if len(master_key) > MAX_MASTER_KEY:
             raise InvalidEntryError(f"master key longer than {MAX_MASTER_KEY} bytes")
@@ -432,7 +433,7 @@ class BookieStorage:
         results: list[BookieError | EntryHeader] = []
         records: list[bytes] = []
         accepted: list[int] = []
-        touched: list[tuple[LedgerState, int]] = []
+        touched: list[tuple[LedgerDescriptor, int]] = []
         for op in ops:
             try:
                 header, state = await self._prepare_add(op, records)
@@ -458,7 +459,7 @@ class BookieStorage:
 
     async def _prepare_add(
         self, op: AddOp, records: list[bytes]
-    ) -> tuple[EntryHeader, LedgerState]:
+    ) -> tuple[EntryHeader, LedgerDescriptor]:
         """Validate one add and apply it to the memtable; queue its journal records.
 
         Everything that awaits comes first. The checks that a concurrent fence or add could
@@ -506,7 +507,7 @@ class BookieStorage:
                 f"entry {header.ledger_id}:{header.entry_id} already exists with other data"
             )
 
-    async def fence(self, ledger_id: int, master_key: bytes) -> LedgerState:
+    async def fence(self, ledger_id: int, master_key: bytes) -> LedgerDescriptor:
         """Fence a ledger durably: later adds from its writer are refused."""
         self._check_open()
         state = await self._state(ledger_id, create=True)
@@ -549,7 +550,7 @@ class BookieStorage:
 
     async def read_entry(
         self, ledger_id: int, entry_id: int, long_poll_timeout_ms: int = 0
-    ) -> tuple[bytes, LedgerState]:
+    ) -> tuple[bytes, LedgerDescriptor]:
         """The entry's verified bytes and the ledger state (for its LAC).
 
         ``entry_id == -1`` reads the last entry held. With a long poll, an entry beyond the
@@ -569,7 +570,7 @@ class BookieStorage:
         entry = await self._read_stored(ledger_id, entry_id)
         return entry, state
 
-    async def _wait_for_lac(self, state: LedgerState, entry_id: int, wait_s: float) -> None:
+    async def _wait_for_lac(self, state: LedgerDescriptor, entry_id: int, wait_s: float) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s
         while state.lac < entry_id:
@@ -629,7 +630,7 @@ class BookieStorage:
         if old is not None:
             self._read_cache_bytes -= len(old)
 
-    async def ledger_state(self, ledger_id: int) -> LedgerState:
+    async def ledger_state(self, ledger_id: int) -> LedgerDescriptor:
         """LAC, last entry and fence state; ``NoSuchLedgerError`` if unknown here."""
         self._check_open()
         return await self._state(ledger_id)
@@ -920,21 +921,21 @@ class BookieStorage:
                 pass
         async with self._flush_lock:
             self._check_open()
-            size = await loop.run_in_executor(
+            removed = await loop.run_in_executor(
                 self._flush_io, self._remove_compacted_sync, log_id, scan
             )
-        if size is None:
+        if removed is None:
             return
         result.logs_compacted += 1
         result.entries_moved += moved_entries
         result.bytes_moved += moved_bytes
-        result.bytes_reclaimed += max(0, size - moved_bytes)
+        result.bytes_reclaimed += max(0, removed - moved_bytes)
         log.info(
             "compacted entry log %08x: moved %d entries (%d bytes), reclaimed %d bytes",
             log_id,
             moved_entries,
             moved_bytes,
-            size - moved_bytes,
+            removed - moved_bytes,
         )
 
     def _compact_batch_sync(

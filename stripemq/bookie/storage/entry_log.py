@@ -18,7 +18,7 @@ import logging
 import os
 import struct
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -273,7 +273,9 @@ class EntryLogger:
 
     # ------------------------------------------------------------------ scanning
 
-    def scan(self, log_id: int, outcome: LogScan | None = None) -> Iterator[tuple[int, bytes]]:
+    def scan(
+        self, log_id: int, outcome: LogScan | None = None
+    ) -> Generator[tuple[int, bytes], None, None]:
         """Yield ``(offset, entry)`` for every whole record of a log, in file order.
 
         Stops at the end of the file or at the first record that is cut short or has an

@@ -11,6 +11,7 @@ again, and at most the acknowledgements made after that snapshot are delivered t
 from __future__ import annotations
 
 import asyncio
+import enum
 import json
 import logging
 import time
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 
 from stripemq.bookie.client import BookKeeper
 from stripemq.bookie.client.ledger_handle import LedgerHandle
+from stripemq.clock import now_ms
 from stripemq.errors import (
     BadVersionError,
     BookieError,
@@ -31,6 +33,7 @@ from stripemq.errors import (
     MetadataError,
     NoSuchLedgerError,
 )
+from stripemq.lifecycle import Transitions
 from stripemq.managed_ledger.cursor.config import CursorConfig
 from stripemq.managed_ledger.cursor.range_set import RangeSet
 from stripemq.managed_ledger.cursor.snapshot import (
@@ -51,8 +54,30 @@ from stripemq.metadata import MetadataStore
 log = logging.getLogger(__name__)
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
+class CursorLifecycle(enum.Enum):
+    """Where a durable cursor is in its life (after Pulsar's ``ManagedCursorImpl.State``;
+    whether it has a cursor ledger yet is ``_handle``, not a state here).
+
+    ``CLOSING``: acknowledgements are refused while what is left is persisted. ``FENCED``:
+    another owner has the cursor (or its managed ledger); nothing more is written, and
+    closing it keeps it ``FENCED`` until ``CLOSED``.
+    """
+
+    OPEN = "open"
+    FENCED = "fenced"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+_C = CursorLifecycle
+CURSOR_TRANSITIONS = Transitions[CursorLifecycle](
+    {
+        _C.OPEN: {_C.FENCED, _C.CLOSING, _C.CLOSED},  # CLOSED: abandoned
+        _C.FENCED: {_C.CLOSED},
+        _C.CLOSING: {_C.FENCED, _C.CLOSED},
+        _C.CLOSED: set(),
+    }
+)
 
 
 @dataclass
@@ -160,9 +185,8 @@ class ManagedCursor(CursorView):
         self._flush_lock = asyncio.Lock()
         self._timer: asyncio.TimerHandle | None = None
         self._flush_task: asyncio.Task[None] | None = None
-        self._closing = False
-        self._closed = False
-        self._fenced = False
+        # Not ``state``: that is the acknowledgements (``CursorState``). Changed by _move_to.
+        self.lifecycle = CursorLifecycle.OPEN
 
     # ------------------------------------------------------------------ opening
 
@@ -295,7 +319,7 @@ class ManagedCursor(CursorView):
 
     def _start_flush(self) -> None:
         self._timer = None
-        if self._flush_task is None and not self._closing:
+        if self._flush_task is None and self.lifecycle in (_C.OPEN, _C.FENCED):
             self._flush_task = asyncio.ensure_future(self._background_flush())
 
     async def _background_flush(self) -> None:
@@ -307,7 +331,7 @@ class ManagedCursor(CursorView):
             log.exception("cursor %s: snapshot failed", self.name)
         finally:
             self._flush_task = None
-        if self.state.acks_since_snapshot and not self._closing and not self._fenced:
+        if self.state.acks_since_snapshot and self.lifecycle is CursorLifecycle.OPEN:
             self._changed(self.state.mark_delete)  # acks arrived meanwhile
 
     # ------------------------------------------------------------------ persistence
@@ -316,9 +340,9 @@ class ManagedCursor(CursorView):
         """Persist the current state now (if anything changed); ``full`` writes all of it
         to a new cursor ledger."""
         async with self._flush_lock:
-            if self._closed:
+            if self.lifecycle is CursorLifecycle.CLOSED:
                 return
-            if self._fenced:
+            if self.lifecycle is CursorLifecycle.FENCED:
                 raise ManagedLedgerFencedError(f"cursor {self.name} belongs to another owner")
             self._needs_full = self._needs_full or full
             if self.state.acks_since_snapshot == 0 and not self._needs_full:
@@ -335,12 +359,12 @@ class ManagedCursor(CursorView):
                     await self._append(self._handle, plan)
                     persisted = plan.mark_delete
             except ManagedLedgerFencedError:
-                self._fenced = True
+                self.fence()
                 raise
             except (LedgerFencedError, LedgerClosedError) as exc:
                 # Another owner recovered the cursor ledger: the cursor is no longer ours,
                 # and writing the metadata node now could only undo that owner's work.
-                self._fenced = True
+                self.fence()
                 raise ManagedLedgerFencedError(
                     f"cursor {self.name}: its ledger was taken over by another owner"
                 ) from exc
@@ -444,7 +468,7 @@ class ManagedCursor(CursorView):
         try:
             stat = await self.store.put(self.path, info.encode(), self._info_version)
         except BadVersionError:
-            self._fenced = True
+            self.fence()
             raise ManagedLedgerFencedError(
                 f"cursor {self.name} was changed by another owner"
             ) from None
@@ -452,20 +476,24 @@ class ManagedCursor(CursorView):
 
     # ------------------------------------------------------------------ lifecycle
 
+    def _move_to(self, new: CursorLifecycle) -> None:
+        """The one place the lifecycle changes; ``IllegalTransitionError`` if it may not."""
+        self.lifecycle = CURSOR_TRANSITIONS.check(f"cursor {self.name}", self.lifecycle, new)
+
     def _check_open(self) -> None:
-        if self._closing:
+        if self.lifecycle in (CursorLifecycle.CLOSING, CursorLifecycle.CLOSED):
             raise ManagedLedgerClosedError(f"cursor {self.name} is closed")
-        if self._fenced:
+        if self.lifecycle is CursorLifecycle.FENCED:
             raise ManagedLedgerFencedError(f"cursor {self.name} belongs to another owner")
 
     def fence(self) -> None:
         """Another owner has the managed ledger: refuse everything from now on."""
-        self._fenced = True
+        if self.lifecycle is not CursorLifecycle.CLOSED:  # closed: nothing left to refuse
+            self._move_to(CursorLifecycle.FENCED)
 
     def abandon(self) -> None:
         """Stop without persisting anything more (the owner lost its metadata session)."""
-        self._fenced = True
-        self._closing = self._closed = True
+        self._move_to(CursorLifecycle.CLOSED)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -474,19 +502,20 @@ class ManagedCursor(CursorView):
 
     async def close(self) -> None:
         """Persist what is left and close the cursor ledger (acks are refused from now)."""
-        if self._closing:
+        if self.lifecycle in (CursorLifecycle.CLOSING, CursorLifecycle.CLOSED):
             return
-        self._closing = True
+        if self.lifecycle is CursorLifecycle.OPEN:  # a fenced one stays so: nothing is written
+            self._move_to(CursorLifecycle.CLOSING)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         while self._flush_task is not None:
             await asyncio.gather(self._flush_task, return_exceptions=True)
         try:
-            if not self._fenced:
+            if self.lifecycle is CursorLifecycle.CLOSING:  # not fenced (or abandoned) meanwhile
                 await self.flush()
         finally:
-            self._closed = True
+            self._move_to(CursorLifecycle.CLOSED)
             if self._handle is not None:
                 try:
                     await self._handle.close()
@@ -495,14 +524,15 @@ class ManagedCursor(CursorView):
 
     async def delete(self) -> None:
         """Remove the cursor: its node and its ledger."""
-        self._closing = True
+        if self.lifecycle is CursorLifecycle.OPEN:
+            self._move_to(CursorLifecycle.CLOSING)
         if self._timer is not None:
             self._timer.cancel()
         if self._flush_task is not None:
             self._flush_task.cancel()
             await asyncio.gather(self._flush_task, return_exceptions=True)
         async with self._flush_lock:
-            self._closed = True
+            self._move_to(CursorLifecycle.CLOSED)
             await self.store.delete(self.path)
             if self._handle is not None:
                 await _discard_ledger(self.bk, self._handle)
