@@ -23,7 +23,7 @@ COMPRESSION = {
 }
 
 
-def add_client_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_client_parser(sub: argparse._SubParsersAction) -> None:
     client = sub.add_parser("client", help="produce and consume messages (like pulsar-client)")
     client.add_argument("--url", default="pulsar://localhost:6650", help="service URL")
     client.add_argument("--log-level", default="WARNING")

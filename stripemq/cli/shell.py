@@ -18,7 +18,7 @@ from stripemq.metadata import create_metadata_store
 ShellCommand = Callable[[BookKeeper, argparse.Namespace], Awaitable[None]]
 
 
-def add_shell_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_shell_parser(sub: argparse._SubParsersAction) -> None:
     shell = sub.add_parser("shell", help="inspect and test ledgers (like bookkeeper shell)")
     shell.add_argument("--metadata", required=True, help="metadata service URL (zk://...)")
     shell.add_argument("--log-level", default="WARNING")

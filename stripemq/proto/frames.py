@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
+from typing import cast
 
 import crc32c
 from google.protobuf.message import DecodeError, Message
@@ -69,7 +70,8 @@ def base_command(body: Message) -> pb.BaseCommand:
     if name is None:
         raise TypeError(f"{body.DESCRIPTOR.name} is not a BaseCommand sub-command")
     number = pb.BaseCommand.DESCRIPTOR.fields_by_name[name].number
-    command = pb.BaseCommand(type=number)  # each field's number is its type's value
+    # Each field's number is its type's value.
+    command = pb.BaseCommand(type=cast("pb.BaseCommand.Type", number))
     getattr(command, name).CopyFrom(body)
     return command
 
@@ -81,10 +83,17 @@ def command_body(command: pb.BaseCommand) -> Message | None:
         return None
     if not command.HasField(field_desc.name):
         return None
-    return getattr(command, field_desc.name)  # type: ignore[no-any-return]
+    body: Message = getattr(command, field_desc.name)
+    return body
 
 
 # ---------------------------------------------------------------------------- encoding
+
+
+def _missing_fields(message: Message) -> list[str]:
+    """Required fields left unset (protobuf's runtime has this; its type stubs do not)."""
+    missing: list[str] = message.FindInitializationErrors()  # type: ignore[attr-defined]
+    return missing
 
 
 def encode_command(command: pb.BaseCommand | Message) -> bytes:
@@ -166,7 +175,7 @@ def decode_frame(raw: bytes) -> Frame:
     except (DecodeError, RuntimeError) as exc:
         raise ProtocolError(f"unreadable command: {exc}") from None
     if not command.IsInitialized():  # an unknown type, or a required field missing
-        missing = ", ".join(command.FindInitializationErrors())
+        missing = ", ".join(_missing_fields(command))
         raise ProtocolError(f"command lacks required fields: {missing}")
     frame = Frame(command=command, size=len(raw) + 4)
     if command.type in _PAYLOAD_TYPES:
@@ -234,7 +243,7 @@ def _read_metadata(
     except (DecodeError, RuntimeError) as exc:
         return None, empty, f"unreadable metadata: {exc}"
     if not metadata.IsInitialized():
-        return None, empty, "metadata lacks " + ", ".join(metadata.FindInitializationErrors())
+        return None, empty, "metadata lacks " + ", ".join(_missing_fields(metadata))
     return metadata, view[4 + length :], None
 
 

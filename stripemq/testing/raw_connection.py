@@ -45,10 +45,14 @@ class RawConnection:
 
     def pause_reading(self) -> None:
         """Take nothing more from the socket (the broker's writes pile up), until resumed."""
-        self._writer.transport.pause_reading()
+        transport = self._writer.transport
+        assert isinstance(transport, asyncio.ReadTransport)
+        transport.pause_reading()
 
     def resume_reading(self) -> None:
-        self._writer.transport.resume_reading()
+        transport = self._writer.transport
+        assert isinstance(transport, asyncio.ReadTransport)
+        transport.resume_reading()
 
     def send(self, raw: bytes) -> None:
         """Write bytes as they are (frames, parts of frames or garbage)."""

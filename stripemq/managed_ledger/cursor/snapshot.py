@@ -153,7 +153,7 @@ def plan_snapshot(
     )
 
 
-def _chunk(members: list[int], body: bytearray) -> bytes:
+def _chunk(members: list[tuple[int, int]], body: bytearray) -> bytes:
     head = bytearray(CHUNK_TAG)
     head.append(VERSION)
     put_varint(head, len(members))
