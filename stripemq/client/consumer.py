@@ -233,7 +233,7 @@ class ConsumerBase:
 
 
 @dataclass
-class _StartFilter:
+class StartFilter:
     """Messages a reader must not see: those before its start (or the start itself)."""
 
     start: MessageId
@@ -287,12 +287,12 @@ class TopicConsumer(ConnectionHandler, ConsumerBase):
         timeout = config.unacked_messages_timeout_ms
         self._unacked = UnackedMessageTracker(timeout / 1000) if timeout else None
         self._possible_dead: dict[MessageId, list[Message]] = {}  # entry -> its messages
-        self._start: _StartFilter | None = None
+        self._start: StartFilter | None = None
         if config.start_message_id is not None and config.start_message_id not in (
             MessageId.earliest,
             MessageId.latest,
         ):
-            self._start = _StartFilter(config.start_message_id, config.start_message_id_inclusive)
+            self._start = StartFilter(config.start_message_id, config.start_message_id_inclusive)
         self._last_taken: MessageId | None = None
         self._sought_time = False  # sought to a publish time; nothing taken since
         self._seeking = False
@@ -359,7 +359,7 @@ class TopicConsumer(ConnectionHandler, ConsumerBase):
         # Everything not acknowledged comes again: drop what is still queued from before.
         self._drop_queued()
         if self._last_taken is not None and not self.config.durable:
-            self._start = _StartFilter(self._last_taken, inclusive=False)
+            self._start = StartFilter(self._last_taken, inclusive=False)
         self._seeking = False
         self._permits = 0
         self.flush_acks(connection)  # acks made while away go first: fewer come back
@@ -706,7 +706,7 @@ class TopicConsumer(ConnectionHandler, ConsumerBase):
             self._unacked.clear()
         self._last_taken = None
         if isinstance(target, MessageId) and target not in (MessageId.earliest, MessageId.latest):
-            self._start = _StartFilter(target, inclusive=True)
+            self._start = StartFilter(target, inclusive=True)
         else:
             self._start = None
         self._sought_time = not isinstance(target, MessageId)
@@ -753,7 +753,7 @@ class TopicConsumer(ConnectionHandler, ConsumerBase):
         if last.entry_id() < 0:
             return False
         if self._last_taken is not None:
-            return _after(last, self._last_taken)
+            return has_messages_after(last, self._last_taken)
         start = self.config.start_message_id
         if start is None or start in (MessageId.earliest, MessageId.latest) or self._sought_time:
             # Nothing read yet: is there an entry past where the subscription stands?
@@ -763,7 +763,7 @@ class TopicConsumer(ConnectionHandler, ConsumerBase):
             )
         if self.config.start_message_id_inclusive:
             return (last.ledger_id(), last.entry_id()) >= (start.ledger_id(), start.entry_id())
-        return _after(last, start)
+        return has_messages_after(last, start)
 
     async def unsubscribe(self) -> None:
         """Delete the subscription on the broker, then close."""
@@ -808,7 +808,7 @@ class TopicConsumer(ConnectionHandler, ConsumerBase):
         self.client.forget(self)
 
 
-def _after(last: MessageId, seen: MessageId) -> bool:
+def has_messages_after(last: MessageId, seen: MessageId) -> bool:
     """Whether the topic's ``last`` entry holds something after message ``seen``."""
     if (last.ledger_id(), last.entry_id()) != (seen.ledger_id(), seen.entry_id()):
         return (last.ledger_id(), last.entry_id()) > (seen.ledger_id(), seen.entry_id())

@@ -6,11 +6,11 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stripemq.client.consumer import _after, _StartFilter
+from stripemq.client.consumer import StartFilter, has_messages_after
 from stripemq.client.message import MessageId
 
 
-def _kept(start: _StartFilter, ids: list[MessageId]) -> list[MessageId]:
+def _kept(start: StartFilter, ids: list[MessageId]) -> list[MessageId]:
     return [m for m in ids if not start.drops(m)]
 
 
@@ -28,43 +28,43 @@ def test_start_filter_on_whole_entries() -> None:
         MessageId(ledger_id=1, entry_id=2),
         MessageId(ledger_id=2, entry_id=0),
     ]
-    assert _kept(_StartFilter(MessageId(ledger_id=1, entry_id=1), inclusive=True), ids) == ids[1:]
-    assert _kept(_StartFilter(MessageId(ledger_id=1, entry_id=1), inclusive=False), ids) == ids[2:]
-    assert _kept(_StartFilter(MessageId(ledger_id=1, entry_id=2), inclusive=False), ids) == ids[3:]
-    assert _kept(_StartFilter(MessageId(ledger_id=2, entry_id=0), inclusive=False), ids) == []
+    assert _kept(StartFilter(MessageId(ledger_id=1, entry_id=1), inclusive=True), ids) == ids[1:]
+    assert _kept(StartFilter(MessageId(ledger_id=1, entry_id=1), inclusive=False), ids) == ids[2:]
+    assert _kept(StartFilter(MessageId(ledger_id=1, entry_id=2), inclusive=False), ids) == ids[3:]
+    assert _kept(StartFilter(MessageId(ledger_id=2, entry_id=0), inclusive=False), ids) == []
 
 
 def test_start_filter_on_an_entry_that_is_a_batch() -> None:
     ids = [*_batch(1, 0, 2), *_batch(1, 1, 3), *_batch(1, 2, 2)]
     # The start names the whole batch entry: inclusive keeps all of it, exclusive none.
-    assert _kept(_StartFilter(MessageId(ledger_id=1, entry_id=1), inclusive=True), ids) == ids[2:]
-    assert _kept(_StartFilter(MessageId(ledger_id=1, entry_id=1), inclusive=False), ids) == ids[5:]
+    assert _kept(StartFilter(MessageId(ledger_id=1, entry_id=1), inclusive=True), ids) == ids[2:]
+    assert _kept(StartFilter(MessageId(ledger_id=1, entry_id=1), inclusive=False), ids) == ids[5:]
 
 
 def test_start_filter_on_a_message_inside_a_batch() -> None:
     ids = [*_batch(1, 0, 2), *_batch(1, 1, 4), MessageId(ledger_id=1, entry_id=2)]
     start = MessageId(ledger_id=1, entry_id=1, partition=-1, batch_index=2, batch_size=4)
-    assert _kept(_StartFilter(start, inclusive=True), ids) == [
+    assert _kept(StartFilter(start, inclusive=True), ids) == [
         MessageId(ledger_id=1, entry_id=1, partition=-1, batch_index=2, batch_size=4),
         MessageId(ledger_id=1, entry_id=1, partition=-1, batch_index=3, batch_size=4),
         MessageId(ledger_id=1, entry_id=2),
     ]
-    assert _kept(_StartFilter(start, inclusive=False), ids) == [
+    assert _kept(StartFilter(start, inclusive=False), ids) == [
         MessageId(ledger_id=1, entry_id=1, partition=-1, batch_index=3, batch_size=4),
         MessageId(ledger_id=1, entry_id=2),
     ]
     last = MessageId(ledger_id=1, entry_id=1, partition=-1, batch_index=3, batch_size=4)
-    assert _kept(_StartFilter(last, inclusive=False), ids) == [MessageId(ledger_id=1, entry_id=2)]
+    assert _kept(StartFilter(last, inclusive=False), ids) == [MessageId(ledger_id=1, entry_id=2)]
 
 
 def test_start_filter_at_earliest_drops_nothing() -> None:
     ids = [MessageId(ledger_id=0, entry_id=0), *_batch(0, 1, 3), MessageId(ledger_id=5, entry_id=5)]
-    assert _kept(_StartFilter(MessageId.earliest, inclusive=True), ids) == ids
-    assert _kept(_StartFilter(MessageId.earliest, inclusive=False), ids) == ids
+    assert _kept(StartFilter(MessageId.earliest, inclusive=True), ids) == ids
+    assert _kept(StartFilter(MessageId.earliest, inclusive=False), ids) == ids
 
 
 def test_start_filter_compares_ledgers_before_entries() -> None:
-    start = _StartFilter(MessageId(ledger_id=2, entry_id=5), inclusive=True)
+    start = StartFilter(MessageId(ledger_id=2, entry_id=5), inclusive=True)
     assert start.drops(MessageId(ledger_id=1, entry_id=99))
     assert not start.drops(MessageId(ledger_id=3, entry_id=0))
 
@@ -101,15 +101,30 @@ def test_a_reader_sees_exactly_the_messages_from_its_start(
         start = chosen.entry_id_only()
         before = sum(len(x) for x in entries[:e])
         expected = flat[before:] if inclusive else flat[before + len(entries[e]) :]
-    assert _kept(_StartFilter(start, inclusive), flat) == expected
+    assert _kept(StartFilter(start, inclusive), flat) == expected
 
 
 def test_after_between_entries() -> None:
-    assert _after(MessageId(ledger_id=1, entry_id=5), MessageId(ledger_id=1, entry_id=4))
-    assert _after(MessageId(ledger_id=2, entry_id=0), MessageId(ledger_id=1, entry_id=9))
-    assert not _after(MessageId(ledger_id=1, entry_id=4), MessageId(ledger_id=1, entry_id=5))
-    assert not _after(MessageId(ledger_id=1, entry_id=9), MessageId(ledger_id=2, entry_id=0))
-    assert _after(
+    def mid(ledger: int, entry: int) -> MessageId:
+        return MessageId(ledger_id=ledger, entry_id=entry)
+
+    assert has_messages_after(mid(1, 5), mid(1, 4))
+    assert has_messages_after(mid(2, 0), mid(1, 9))
+    assert not has_messages_after(mid(1, 4), mid(1, 5))
+    assert not has_messages_after(mid(1, 9), mid(2, 0))
+    assert has_messages_after(
+        MessageId(ledger_id=1, entry_id=5), MessageId(ledger_id=1, entry_id=4)
+    )
+    assert has_messages_after(
+        MessageId(ledger_id=2, entry_id=0), MessageId(ledger_id=1, entry_id=9)
+    )
+    assert not has_messages_after(
+        MessageId(ledger_id=1, entry_id=4), MessageId(ledger_id=1, entry_id=5)
+    )
+    assert not has_messages_after(
+        MessageId(ledger_id=1, entry_id=9), MessageId(ledger_id=2, entry_id=0)
+    )
+    assert has_messages_after(
         MessageId(ledger_id=1, entry_id=5),
         MessageId(ledger_id=1, entry_id=4, partition=-1, batch_index=2, batch_size=3),
     )
@@ -117,17 +132,19 @@ def test_after_between_entries() -> None:
 
 def test_after_within_the_last_entry() -> None:
     last = MessageId(ledger_id=1, entry_id=5)
-    assert not _after(last, MessageId(ledger_id=1, entry_id=5))  # the whole entry was seen
-    assert _after(
+    assert not has_messages_after(
+        last, MessageId(ledger_id=1, entry_id=5)
+    )  # the whole entry was seen
+    assert has_messages_after(
         last, MessageId(ledger_id=1, entry_id=5, partition=-1, batch_index=0, batch_size=3)
     )
-    assert _after(
+    assert has_messages_after(
         last, MessageId(ledger_id=1, entry_id=5, partition=-1, batch_index=1, batch_size=3)
     )
-    assert not _after(
+    assert not has_messages_after(
         last, MessageId(ledger_id=1, entry_id=5, partition=-1, batch_index=2, batch_size=3)
     )  # the batch's last message
-    assert not _after(
+    assert not has_messages_after(
         MessageId(ledger_id=1, entry_id=5, partition=-1, batch_index=2, batch_size=3),
         MessageId(ledger_id=1, entry_id=5, partition=-1, batch_index=2, batch_size=3),
     )
