@@ -107,7 +107,10 @@ class ConsumerBase:
     config: ConsumerConfig
     queue: ReceiverQueue
     dead_letters: DeadLetters | None
-    closed: bool
+
+    @property
+    def closed(self) -> bool:
+        raise NotImplementedError
 
     # ----------------------------------------------------------- what each kind provides
 
@@ -783,7 +786,7 @@ class TopicConsumer(ConnectionHandler, ConsumerBase):
         if self.closed:
             return
         self.flush_acks()
-        self.closed = True
+        self.mark_closed()
         await self.stop_reconnecting()
         if self._housekeeping is not None:
             self._housekeeping.cancel()

@@ -27,10 +27,19 @@ class ConnectionHandler:
         self.client = client
         self.topic_name = topic
         self.connection: ClientConnection | None = None
-        self.closed = False
+        self._closed = False
         self.failure: StripeMQError | None = None  # why it gave up reconnecting
         self._reconnect_task: asyncio.Task[None] | None = None
         self._attached = asyncio.Event()
+
+    @property
+    def closed(self) -> bool:
+        """Closed by its user: it attaches no more."""
+        return self._closed
+
+    def mark_closed(self) -> None:
+        """Record that it is closing (subclasses with a lifecycle record it there)."""
+        self._closed = True
 
     @property
     def attached(self) -> bool:
@@ -120,7 +129,7 @@ class ConnectionHandler:
         return self._attached.is_set()
 
     async def stop_reconnecting(self) -> None:
-        self.closed = True
+        self.mark_closed()
         task = self._reconnect_task
         if task is not None and not task.done() and task is not asyncio.current_task():
             task.cancel()

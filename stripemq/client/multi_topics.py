@@ -54,7 +54,7 @@ class MultiTopicsConsumer(ConsumerBase):
         self.topic_name = name or ",".join(self.topics)
         self.queue = ReceiverQueue(self._taken)
         self.children: dict[str, TopicConsumer] = {}
-        self.closed = False
+        self._closed = False
         self.dead_letters = (
             DeadLetters(client, self.topics[0], config.subscription_name, config.dead_letter_policy)
             if config.dead_letter_policy is not None and self.topics
@@ -65,6 +65,10 @@ class MultiTopicsConsumer(ConsumerBase):
 
     def __repr__(self) -> str:
         return f"MultiTopicsConsumer({self.topic_name}, {self.config.subscription_name})"
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def consumer_name(self) -> str:
         return self.config.consumer_name or ""
@@ -200,7 +204,7 @@ class MultiTopicsConsumer(ConsumerBase):
     async def close(self) -> None:
         if self.closed:
             return
-        self.closed = True
+        self._closed = True
         if self._discovery is not None:
             self._discovery.cancel()
             with contextlib.suppress(asyncio.CancelledError):

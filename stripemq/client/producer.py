@@ -286,9 +286,8 @@ class Producer(ConnectionHandler, SendApi):
         partition: int = -1,
         max_pending: int | None = None,
     ) -> None:
-        # Before the handler's __init__, which sets ``closed`` (a view of this).
-        self.lifecycle = ProducerLifecycle.CONNECTING  # changed only by _move_to
         super().__init__(client, topic)
+        self.lifecycle = ProducerLifecycle.CONNECTING  # changed only by _move_to
         self.config = config
         self.partition = partition
         self.producer_id = client.new_producer_id()
@@ -325,14 +324,8 @@ class Producer(ConnectionHandler, SendApi):
     def closed(self) -> bool:
         return self.lifecycle is ProducerLifecycle.CLOSED
 
-    @closed.setter
-    def closed(self, value: bool) -> None:
-        # ConnectionHandler (shared with the consumer) writes the flag: False as it starts,
-        # True in stop_reconnecting. Here it is a view of the lifecycle.
-        if value:
-            self._move_to(ProducerLifecycle.CLOSED)
-        elif self.closed:
-            self._move_to(ProducerLifecycle.CONNECTING)  # refused: CLOSED is terminal
+    def mark_closed(self) -> None:
+        self._move_to(ProducerLifecycle.CLOSED)
 
     def _move_to(self, new: ProducerLifecycle) -> None:
         """The one place the lifecycle changes; ``IllegalTransitionError`` if it may not."""
