@@ -240,14 +240,21 @@ def format_value(value: Any) -> str:
 
 
 def render_settings(
-    config: Any, *, skip: Collection[str] = (), commented: bool = False, width: int = 96
+    config: Any,
+    *,
+    skip: Collection[str] = (),
+    commented: bool = False,
+    comment_out: Collection[str] = (),
+    width: int = 96,
 ) -> str:
     """``config``'s settings as a commented TOML file (``stripemq <role> --print-config``).
 
     Above each setting's current value, comments give its help, then its type, default,
     Pulsar name and command-line option. An unset (``None``) setting is commented out, so the
     text stays a valid settings file for ``--conf``; ``commented`` comments out every value
-    (for options that are not settings-file keys). Settings named in ``skip`` are left out.
+    (for options that are not settings-file keys), ``comment_out`` the values of the settings
+    it names (values a role derives from its options, which a file must not pin). Settings
+    named in ``skip`` are left out.
     """
     lines: list[str] = []
     for item in describe(type(config)):
@@ -273,7 +280,8 @@ def render_settings(
             line = f"{item.name} = {toml_value(value)}"
         except TypeError:
             line = f"# {item.name} = {format_value(value)}"
-        lines.append(f"# {line}" if commented and not line.startswith("#") else line)
+        hidden = commented or item.name in comment_out
+        lines.append(f"# {line}" if hidden and not line.startswith("#") else line)
         lines.append("")
     return "\n".join(lines)
 

@@ -19,8 +19,6 @@ from typing import ClassVar, TypeVar
 
 from stripemq.proto import pulsar_api_pb2 as pb
 
-ServerError = pb.ServerError  # the protocol enum: every ``server_error`` is one of its values
-
 
 class Retry(enum.Enum):
     """Whether an attempt that failed with an error is worth making again."""

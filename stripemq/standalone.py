@@ -68,41 +68,55 @@ class Standalone:
         self.data_dir = Path(os.path.abspath(config.data_dir))
         self.metadata_url = f"local://{self.data_dir / 'metadata'}"
         # One file and one set of -c options for both roles: each setting goes to the role
-        # that has it.
-        settings: dict[str, object] = dict(read_toml(conf)) if conf else {}
-        settings.update(overrides or {})
+        # that has it. As for every role, the options win over the file and -c over both.
+        from_file: dict[str, object] = dict(read_toml(conf)) if conf else {}
+        from_cli: dict[str, object] = dict(overrides or {})
         bookie_fields = set(BookieConfig.__dataclass_fields__)
         broker_fields = set(BrokerConfig.__dataclass_fields__)
-        unknown = set(settings) - bookie_fields - broker_fields
+        unknown = {*from_file, *from_cli} - bookie_fields - broker_fields
         if unknown:
             raise ConfigError(f"unknown settings: {', '.join(sorted(unknown))}")
         self.bookie_config = load_config(
             BookieConfig,
             None,
             {
-                "metadata_service_uri": self.metadata_url,
-                "bookie_port": config.bookie_port,
-                "data_dir": str(self.data_dir / "bookie"),
-                **{k: v for k, v in settings.items() if k in bookie_fields},
+                **{k: v for k, v in from_file.items() if k in bookie_fields},
+                **self.derived_bookie_settings(),
+                **{k: v for k, v in from_cli.items() if k in bookie_fields},
             },
         )
         self.broker_config = load_config(
             BrokerConfig,
             None,
             {
-                "metadata_service_uri": self.metadata_url,
-                "broker_service_port": config.broker_port,
-                "web_service_port": config.web_port,
                 # One bookie: every ledger has one copy (as in Pulsar's standalone).
                 "managed_ledger_default_ensemble_size": 1,
                 "managed_ledger_default_write_quorum": 1,
                 "managed_ledger_default_ack_quorum": 1,
-                **{k: v for k, v in settings.items() if k in broker_fields},
+                **{k: v for k, v in from_file.items() if k in broker_fields},
+                **self.derived_broker_settings(),
+                **{k: v for k, v in from_cli.items() if k in broker_fields},
             },
         )
         self.store: MetadataStore | None = None
         self.bookie: BookieServer | None = None
         self.broker: BrokerApp | None = None
+
+    def derived_bookie_settings(self) -> dict[str, object]:
+        """The bookie settings the standalone's own options decide."""
+        return {
+            "metadata_service_uri": self.metadata_url,
+            "bookie_port": self.config.bookie_port,
+            "data_dir": str(self.data_dir / "bookie"),
+        }
+
+    def derived_broker_settings(self) -> dict[str, object]:
+        """The broker settings the standalone's own options decide."""
+        return {
+            "metadata_service_uri": self.metadata_url,
+            "broker_service_port": self.config.broker_port,
+            "web_service_port": self.config.web_port,
+        }
 
     async def start(self) -> None:
         self.store = create_metadata_store(self.metadata_url)

@@ -89,10 +89,6 @@ def generate_producer_name() -> str:
     return f"{SERVER_VERSION}-{uuid.uuid4().hex}"
 
 
-def _server_error(exc: BaseException) -> pb.ServerError:
-    return server_error_of(exc)
-
-
 # What the session hands over to be served; each names its type and request id.
 Served: TypeAlias = Request | SendReceived[Producer] | ConsumerCommand[Consumer]
 
@@ -110,7 +106,6 @@ class ServerConnection:
         max_pending_publishes: int = DEFAULT_MAX_PENDING_PUBLISHES,
     ) -> None:
         self.service = service
-        self.keepalive_s = keepalive_s
         self.max_pending_publishes = max_pending_publishes
         self.keepalive = Keepalive(keepalive_s, asyncio.get_running_loop().time())
         self.reader = reader
@@ -195,7 +190,7 @@ class ServerConnection:
         """PING a quiet client every interval; one that stays silent for two is dead."""
         loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(self.keepalive_s)
+            await asyncio.sleep(self.keepalive.interval_s)
             now = loop.time()
             if not self._publish_window.is_set():
                 # Not reading (backpressure): the client's silence is ours. Pulsar too times
@@ -270,7 +265,7 @@ class ServerConnection:
         log.info("%s from %s refused: %s", pb.BaseCommand.Type.Name(event.kind), self.peer, exc)
         if request_id is None:
             return
-        self.session.refuse(event.kind, request_id, _server_error(exc), str(exc))
+        self.session.refuse(event.kind, request_id, server_error_of(exc), str(exc))
         self._flush()
 
     def write(self, message: Message) -> None:
@@ -379,7 +374,7 @@ class ServerConnection:
         try:
             limits.check_send(frame.metadata)
         except BrokerError as exc:
-            return self._send_error(body, _server_error(exc), str(exc))
+            return self._send_error(body, server_error_of(exc), str(exc))
         dedup = producer.topic.dedup
         if dedup is not None:
             status = dedup.check(producer.name, body.sequence_id, body.highest_sequence_id)
@@ -397,7 +392,7 @@ class ServerConnection:
         except StripeMQError as exc:
             if dedup is not None:
                 dedup.failed(producer.name, body.sequence_id)
-            return self._send_error(body, _server_error(exc), str(exc))
+            return self._send_error(body, server_error_of(exc), str(exc))
         self.pending_publishes += 1
         if self.pending_publishes >= self.max_pending_publishes:
             self._publish_window.clear()
@@ -417,7 +412,7 @@ class ServerConnection:
             if dedup is not None:
                 dedup.failed(producer.name, body.sequence_id)
             reason = error if error is not None else ManagedLedgerError("append cancelled")
-            self._send_error(body, _server_error(reason), str(reason))
+            self._send_error(body, server_error_of(reason), str(reason))
             return
         position = append.result()
         if dedup is not None:
@@ -557,7 +552,7 @@ class ServerConnection:
         if error is None:
             self.session.answer_ack(body, None, "")
         else:
-            self.session.answer_ack(body, _server_error(error), str(error))
+            self.session.answer_ack(body, server_error_of(error), str(error))
         self._flush()
 
     def _on_redeliver(

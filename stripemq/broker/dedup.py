@@ -12,9 +12,10 @@ import enum
 import logging
 
 from stripemq.managed_ledger.cursor.managed_cursor import ManagedCursor
-from stripemq.managed_ledger.managed_ledger import InitialPosition, ManagedLedger
+from stripemq.managed_ledger.managed_ledger import ManagedLedger
 from stripemq.managed_ledger.position import Position
 from stripemq.proto.frames import entry_metadata
+from stripemq.proto.initial_position import InitialPosition
 
 log = logging.getLogger(__name__)
 

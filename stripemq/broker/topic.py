@@ -41,11 +41,12 @@ from stripemq.errors import (
 from stripemq.managed_ledger.cursor.managed_cursor import ManagedCursor
 from stripemq.managed_ledger.cursor.non_durable import NonDurableCursor
 from stripemq.managed_ledger.cursor.state import BatchAck
-from stripemq.managed_ledger.managed_ledger import InitialPosition, ManagedLedger
+from stripemq.managed_ledger.managed_ledger import ManagedLedger
 from stripemq.managed_ledger.position import Position
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.ack_set import MAX_BATCH_SIZE, bits_of, words_of
 from stripemq.proto.frames import entry_metadata
+from stripemq.proto.initial_position import InitialPosition
 from stripemq.proto.topic_name import TopicName
 from stripemq.retry import Backoff
 

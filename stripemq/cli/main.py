@@ -228,10 +228,11 @@ def config_text(args: argparse.Namespace) -> str:
         f"{head}\n"
         "# The standalone's own settings: command-line options only, not settings-file keys.\n\n"
         f"{render_settings(standalone.config, commented=True)}\n"
-        "# Bookie settings (settings file, STRIPEMQ_* and -c, as for every setting below).\n\n"
-        f"{render_settings(bookie)}\n"
+        "# Bookie settings (settings file, STRIPEMQ_* and -c, as for every setting below).\n"
+        "# Settings shown commented out follow the options above.\n\n"
+        f"{render_settings(bookie, comment_out=standalone.derived_bookie_settings())}\n"
         f"# Broker settings ({', '.join(shared)}: above, given to both roles).\n\n"
-        f"{render_settings(broker, skip=shared)}"
+        f"{render_settings(broker, skip=shared, comment_out=standalone.derived_broker_settings())}"
     )
 
 

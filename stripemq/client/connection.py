@@ -75,26 +75,12 @@ class ConsumerListener(Protocol):
 _Listener = TypeVar("_Listener", ProducerListener, ConsumerListener)
 
 
-def _error_of_response(command: pb.BaseCommand) -> StripeMQError | None:
-    """The failure a response carries, if any."""
-    if command.type == pb.BaseCommand.ERROR:
-        return error_for_server_error(command.error.error, command.error.message)
-    if command.type == pb.BaseCommand.LOOKUP_RESPONSE:
-        lookup = command.lookupTopicResponse
-        if lookup.response == pb.CommandLookupTopicResponse.Failed:
-            if lookup.HasField("error"):
-                return error_for_server_error(lookup.error, lookup.message)
-            return TopicLookupError(lookup.message or "lookup failed")
-    if command.type == pb.BaseCommand.PARTITIONED_METADATA_RESPONSE:
-        metadata = command.partitionMetadataResponse
-        if metadata.response == pb.CommandPartitionedTopicMetadataResponse.Failed:
-            if metadata.HasField("error"):
-                return error_for_server_error(metadata.error, metadata.message)
-            return TopicLookupError(metadata.message or "partitioned metadata lookup failed")
-    if command.type == pb.BaseCommand.ACK_RESPONSE and command.ackResponse.HasField("error"):
-        body = command.ackResponse
-        return error_for_server_error(body.error, body.message)
-    return None
+def refusal_error(code: pb.ServerError | None, message: str) -> StripeMQError:
+    """The typed error of a refused request: its code's class, or a lookup failure when the
+    broker named no code."""
+    if code is None:
+        return TopicLookupError(message or "lookup failed")
+    return error_for_server_error(code, message)
 
 
 class ClientConnection:
@@ -112,7 +98,6 @@ class ClientConnection:
         self.logical_address = logical_address
         self.physical_address = physical_address
         self.operation_timeout_s = operation_timeout_s
-        self.keepalive_s = keepalive_s
         self.session: ClientSession[ProducerListener, ConsumerListener] = ClientSession(
             CLIENT_VERSION
         )
@@ -196,9 +181,7 @@ class ClientConnection:
             self._flush()
             for i, event in enumerate(events):
                 if isinstance(event, HandshakeRefused):
-                    error = _error_of_response(event.command)
-                    assert error is not None
-                    raise error
+                    raise refusal_error(event.error, event.message)
                 if isinstance(event, Connected):
                     return event, events[i + 1 :]
 
@@ -287,9 +270,6 @@ class ClientConnection:
         finally:
             self._pending.pop(request_id, None)
             self.session.forget_request(request_id)  # a late answer is nobody's
-        error = _error_of_response(response)
-        if error is not None:
-            raise error
         return response
 
     async def register(
@@ -349,11 +329,14 @@ class ClientConnection:
 
     def _act(self, event: ClientEvent) -> None:
         """Wake a request's waiter, or tell a producer or consumer what the broker said."""
-        if isinstance(event, ResponseReceived | RequestFailed):
-            # request() raises a refusal as its typed error (_error_of_response).
+        if isinstance(event, ResponseReceived):
             future = self._pending.get(event.request_id)
             if future is not None and not future.done():
                 future.set_result(event.command)
+        elif isinstance(event, RequestFailed):  # request() raises it as its typed error
+            future = self._pending.get(event.request_id)
+            if future is not None and not future.done():
+                future.set_exception(refusal_error(event.error, event.message))
         elif isinstance(event, MessageReceived):
             event.consumer.on_message(event.command, event.frame)
         elif isinstance(event, SendReceipt):
@@ -377,7 +360,7 @@ class ClientConnection:
     async def _keepalive(self) -> None:
         """PING when idle; a broker silent for two intervals is taken as gone."""
         while not self.is_closed:
-            await asyncio.sleep(self.keepalive_s)
+            await asyncio.sleep(self.keepalive.interval_s)
             now = time.monotonic()
             liveness = self.keepalive.check(now)
             if liveness is Liveness.DEAD:

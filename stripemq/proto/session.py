@@ -19,7 +19,7 @@ from typing import Generic, TypeVar
 
 from google.protobuf.message import Message
 
-from stripemq.errors import StripeMQError
+from stripemq.errors import Retry, StripeMQError
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.frames import (
     DEFAULT_MAX_MESSAGE_SIZE,
@@ -54,15 +54,18 @@ class HandshakeError(ProtocolError):
 
 class LocalProtocolError(StripeMQError):
     """This side used the session wrongly (a request before CONNECTED, after closing):
-    a bug in the driver, not the peer's doing."""
+    a bug in the driver, not the peer's doing, so never retried."""
+
+    retry = Retry.NEVER
 
 
 def request_id_of(body: Message | None) -> int | None:
-    """The request id a command carries, ``None`` if its type has none.
-
-    As the broker has always read it: an ACK's optional id reads 0 when absent.
-    """
-    return getattr(body, "request_id", None) if body is not None else None
+    """The request id a command carries, ``None`` if its type has none or leaves its
+    optional one unset (an ACK without one must not be answered as request 0)."""
+    field = body.DESCRIPTOR.fields_by_name.get("request_id") if body is not None else None
+    if body is None or field is None or not body.HasField(field.name):
+        return None
+    return int(getattr(body, field.name))
 
 
 def negotiate_version(client_version: int, server_version: int = PROTOCOL_VERSION) -> int:

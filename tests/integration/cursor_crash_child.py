@@ -16,8 +16,9 @@ import sys
 from stripemq.bookie.client import BookKeeper, ClientConfig
 from stripemq.managed_ledger.config import ManagedLedgerConfig
 from stripemq.managed_ledger.cursor.config import CursorConfig
-from stripemq.managed_ledger.managed_ledger import InitialPosition, ManagedLedgerFactory
+from stripemq.managed_ledger.managed_ledger import ManagedLedgerFactory
 from stripemq.metadata import create_metadata_store
+from stripemq.proto.initial_position import InitialPosition
 
 CONFIG = ManagedLedgerConfig(
     max_entries_per_ledger=500,

@@ -27,12 +27,10 @@ from stripemq.errors import (
 from stripemq.managed_ledger.config import ManagedLedgerConfig
 from stripemq.managed_ledger.cursor.config import CursorConfig
 from stripemq.managed_ledger.ledger_list import managed_ledger_path
-from stripemq.managed_ledger.managed_ledger import (
-    InitialPosition,
-    ManagedLedgerFactory,
-)
+from stripemq.managed_ledger.managed_ledger import ManagedLedgerFactory
 from stripemq.managed_ledger.position import Position
 from stripemq.metadata import MetadataStore, create_metadata_store
+from stripemq.proto.initial_position import InitialPosition
 from stripemq.testing.cluster import BookieCluster
 
 pytestmark = pytest.mark.integration

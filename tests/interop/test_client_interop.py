@@ -473,8 +473,10 @@ def test_key_based_batching_spreads_keys_over_key_shared_consumers(
     producer = client.create_producer(
         topic, batching_enabled=True, batching_type=smq.BatchingType.KeyBased
     )
+    # 50 keys: with consumer names drawn at random, all keys on one consumer's hash ranges
+    # is a 2 * 2**-50 chance (10 keys made it one run in a few hundred).
     for i in range(200):
-        producer.send_async(f"{i}".encode(), None, partition_key=f"k{i % 10}")
+        producer.send_async(f"{i}".encode(), None, partition_key=f"k{i % 50}")
     producer.flush()
     owners: dict[str, set[int]] = {}
     for number, message in _receive_in_turn(consumers, 200):

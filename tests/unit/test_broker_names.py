@@ -13,8 +13,8 @@ from stripemq.broker.names import (
 )
 from stripemq.broker.topic import PersistentTopic
 from stripemq.managed_ledger.ledger_chain import LedgerChain
-from stripemq.managed_ledger.managed_ledger import InitialPosition
 from stripemq.proto import pulsar_api_pb2 as pb
+from stripemq.proto.initial_position import InitialPosition
 from stripemq.proto.topic_name import TopicName
 
 RESERVED = ["pulsar.dedup", "pulsar.repl", "pulsar.repl.us-west", "", "   "]

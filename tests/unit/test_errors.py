@@ -183,6 +183,11 @@ def test_transient_server_errors_are_always_retried(code: int) -> None:
         pb.ConsumerAssignError,
         pb.UnsupportedVersionError,
         pb.InvalidTopicName,
+        # Transactions are not served: no attempt changes that.
+        pb.TransactionCoordinatorNotFound,
+        pb.InvalidTxnStatus,
+        pb.TransactionConflict,
+        pb.TransactionNotFound,
     ],
     ids=pb.ServerError.Name,
 )

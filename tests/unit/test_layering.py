@@ -1,4 +1,4 @@
-"""Dependencies point one way (ARCHITECTURE.md, Layout): proto <- metadata <- bookie <-
+"""Dependencies point one way (README.md, Layout): proto <- metadata <- bookie <-
 managed_ledger <- broker, and the client depends only on proto. Read from the import
 statements of every module, so a new import against the grain fails here, not in review."""
 

@@ -104,6 +104,21 @@ async def test_fenced_refuses_acks_and_snapshots_and_close_writes_nothing(
     assert await node_version(store) == version and not bk.ledgers
 
 
+async def test_a_fenced_cursor_closes_its_ledger_once_however_often_it_is_closed(
+    store: MetadataStore,
+) -> None:
+    bk = FakeBookKeeper()
+    cursor = await new_cursor(store, bk)
+    cursor.ack([Position(LEDGER, 0)])
+    await cursor.flush()  # the cursor now has a ledger of its own
+    (handle,) = bk.ledgers.values()
+    cursor.fence()
+    await asyncio.gather(cursor.close(), cursor.close(), cursor.close())
+    await cursor.close()
+    assert cursor.lifecycle is C.CLOSED
+    assert handle.closes == 1
+
+
 async def test_a_node_changed_by_another_owner_fences_at_the_next_snapshot(
     store: MetadataStore,
 ) -> None:

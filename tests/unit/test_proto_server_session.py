@@ -386,3 +386,15 @@ def test_keepalive_pings_after_one_quiet_interval_and_gives_up_after_two() -> No
     keepalive.heard(115.0)
     assert keepalive.check(120.0) is Liveness.FINE
     assert keepalive.quiet_for(130.0) == 15.0
+
+
+def test_an_optional_request_id_counts_only_when_set() -> None:
+    from stripemq.proto.session import request_id_of
+
+    ack = pb.CommandAck(consumer_id=1, ack_type=pb.CommandAck.Individual)
+    assert request_id_of(ack) is None  # not "request 0", the client's first request
+    ack.request_id = 0
+    assert request_id_of(ack) == 0
+    assert request_id_of(pb.CommandLookupTopic(topic="t", request_id=7)) == 7
+    assert request_id_of(pb.CommandFlow(consumer_id=1, messagePermits=1)) is None
+    assert request_id_of(None) is None

@@ -139,13 +139,39 @@ def test_standalone_print_config_shows_its_options_then_both_roles(
             assert all(f"{item.name} = " in text for item in describe(cls)), cls
     values: dict[str, Any] = tomllib.loads(text)  # the standalone's options are comments
     assert "broker_port" not in values and f'# data_dir = "{data}"' in text
-    assert values["broker_service_port"] == 7001
-    assert values["bookie_port"] == 3181
-    assert values["data_dir"] == str(data / "bookie")
-    assert values["metadata_service_uri"] == f"local://{data / 'metadata'}"
+    # What the options decide is shown, commented out: a file must not pin it.
+    assert "# broker_service_port = 7001" in text and "broker_service_port" not in values
+    assert "# bookie_port = 3181" in text and "bookie_port" not in values
+    assert f'# data_dir = "{data / "bookie"}"' in text and "data_dir" not in values
+    assert f'# metadata_service_uri = "local://{data / "metadata"}"' in text
     assert values["managed_ledger_default_ensemble_size"] == 1
     assert values["journal_sync_data"] is False
     assert not data.exists()  # nothing was started
+
+
+@pytest.mark.usefixtures("clean_environment")
+def test_a_printed_standalone_config_leaves_the_options_in_charge(tmp_path: Path) -> None:
+    from stripemq.cli.main import build_parser, config_text
+    from stripemq.standalone import Standalone, StandaloneConfig
+
+    printed = tmp_path / "printed.toml"
+    printed.write_text(config_text(build_parser().parse_args(["standalone"])))
+    # Even a file that names them cannot move what the standalone's options decide.
+    pinned = tmp_path / "pinned.toml"
+    pinned.write_text(printed.read_text() + "\nbookie_port = 1\nbroker_service_port = 2\n")
+    for conf in (printed, pinned):
+        config = StandaloneConfig(
+            data_dir=str(tmp_path / "x"), broker_port=7000, web_port=7080, bookie_port=4000
+        )
+        standalone = Standalone(config, str(conf), {"journal_sync_data": "false"})
+        assert standalone.bookie_config.bookie_port == 4000
+        assert standalone.bookie_config.data_dir == str(tmp_path / "x" / "bookie")
+        assert standalone.broker_config.broker_service_port == 7000
+        assert standalone.broker_config.web_service_port == 7080
+        assert standalone.broker_config.metadata_service_uri.endswith(
+            str(tmp_path / "x" / "metadata")
+        )
+        assert standalone.bookie_config.journal_sync_data is False  # -c still applies
 
 
 @pytest.mark.usefixtures("clean_environment")

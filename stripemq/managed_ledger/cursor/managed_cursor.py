@@ -185,6 +185,9 @@ class ManagedCursor(CursorView):
         self._flush_lock = asyncio.Lock()
         self._timer: asyncio.TimerHandle | None = None
         self._flush_task: asyncio.Task[None] | None = None
+        # Set by the first close(); a fenced cursor stays FENCED while it closes, so this
+        # (not the lifecycle) is what makes close() run once and stops new flushes.
+        self._close_task: asyncio.Future[None] | None = None
         # Not ``state``: that is the acknowledgements (``CursorState``). Changed by _move_to.
         self.lifecycle = CursorLifecycle.OPEN
 
@@ -319,7 +322,8 @@ class ManagedCursor(CursorView):
 
     def _start_flush(self) -> None:
         self._timer = None
-        if self._flush_task is None and self.lifecycle in (_C.OPEN, _C.FENCED):
+        live = self.lifecycle in (_C.OPEN, _C.FENCED) and self._close_task is None
+        if live and self._flush_task is None:
             self._flush_task = asyncio.ensure_future(self._background_flush())
 
     async def _background_flush(self) -> None:
@@ -501,14 +505,20 @@ class ManagedCursor(CursorView):
             self._flush_task.cancel()
 
     async def close(self) -> None:
-        """Persist what is left and close the cursor ledger (acks are refused from now)."""
-        if self.lifecycle in (CursorLifecycle.CLOSING, CursorLifecycle.CLOSED):
-            return
-        if self.lifecycle is CursorLifecycle.OPEN:  # a fenced one stays so: nothing is written
-            self._move_to(CursorLifecycle.CLOSING)
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        """Persist what is left and close the cursor ledger (acks are refused from now).
+        Closing again waits for the first close."""
+        if self._close_task is None:
+            if self.lifecycle not in (CursorLifecycle.OPEN, CursorLifecycle.FENCED):
+                return  # deleted, or being deleted
+            if self.lifecycle is CursorLifecycle.OPEN:  # a fenced one stays so: writes nothing
+                self._move_to(CursorLifecycle.CLOSING)
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self._close_task = asyncio.ensure_future(self._finish_close())
+        await asyncio.shield(self._close_task)
+
+    async def _finish_close(self) -> None:
         while self._flush_task is not None:
             await asyncio.gather(self._flush_task, return_exceptions=True)
         try:
