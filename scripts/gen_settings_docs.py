@@ -3,7 +3,8 @@
 
 Each table sits between ``<!-- settings:<role> -->`` and ``<!-- /settings:<role> -->`` and is
 ``stripemq.config.settings_table`` of the role's settings dataclass
-(``stripemq.cli.main.ROLE_CONFIGS``), so a setting's help is written once, in its
+(``stripemq.cli.main.ROLE_CONFIGS``, and the ledger client's ``ClientConfig``), so a
+setting's help is written once, in its
 ``setting(...)``. tests/unit/test_settings_docs.py fails when README.md is stale.
 
     python scripts/gen_settings_docs.py          # rewrite README.md
@@ -19,8 +20,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout, installed or not
 
+from stripemq.bookie.client.config import ClientConfig  # noqa: E402
 from stripemq.cli.main import ROLE_CONFIGS  # noqa: E402
 from stripemq.config import settings_table  # noqa: E402
+
+# Every role's settings, and the ledger client's (a library's settings, set in code).
+TABLES: dict[str, type] = {**ROLE_CONFIGS, "ledger-client": ClientConfig}
 
 README = ROOT / "README.md"
 COMMAND = "python scripts/gen_settings_docs.py"
@@ -32,7 +37,7 @@ def generated_readme(text: str) -> str:
     Raises:
         ValueError: a role's markers are missing or appear more than once.
     """
-    for role, cls in ROLE_CONFIGS.items():
+    for role, cls in TABLES.items():
         start, end = f"<!-- settings:{role} -->", f"<!-- /settings:{role} -->"
         if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
             raise ValueError(f"README.md needs one {start} ... {end} pair")

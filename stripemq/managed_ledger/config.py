@@ -13,55 +13,36 @@ from stripemq.managed_ledger.cursor.config import CursorConfig
 class ManagedLedgerConfig:
     """How a broker keeps its topics; built from ``BrokerConfig.managed_ledger_config``."""
 
-    ensemble_size: int = setting(
-        2,
-        "Bookies each topic ledger is striped over.",
-        pulsar_name="managedLedgerDefaultEnsembleSize",
-    )
-    write_quorum_size: int = setting(
-        2, "Bookies each entry is written to.", pulsar_name="managedLedgerDefaultWriteQuorum"
-    )
+    ensemble_size: int = setting(2, "Bookies each topic ledger is striped over.")
+    write_quorum_size: int = setting(2, "Bookies each entry is written to.")
     ack_quorum_size: int = setting(
-        2,
-        "Bookies that must confirm an entry before it is acknowledged.",
-        pulsar_name="managedLedgerDefaultAckQuorum",
+        2, "Bookies that must confirm an entry before it is acknowledged."
     )
     max_entries_per_ledger: int = setting(
         50_000,
         "The current ledger rolls over after this many entries (once older than the minimum "
         "rollover time).",
-        pulsar_name="managedLedgerMaxEntriesPerLedger",
     )
     max_size_per_ledger_bytes: int = setting(
         2048 * 1024 * 1024,
         "... or after this many bytes (once older than the minimum rollover time).",
-        pulsar_name="managedLedgerMaxSizePerLedgerMbytes",
     )
     min_rollover_time_s: float = setting(
-        600.0,
-        "A ledger never rolls over for its size or entry count before it is this old.",
-        pulsar_name="managedLedgerMinLedgerRolloverTimeMinutes",
+        600.0, "A ledger never rolls over for its size or entry count before it is this old."
     )
     max_rollover_time_s: float = setting(
-        14_400.0,
-        "A ledger rolls over when it is this old, whatever its size.",
-        pulsar_name="managedLedgerMaxLedgerRolloverTimeMinutes",
+        14_400.0, "A ledger rolls over when it is this old, whatever its size."
     )
     retention_time_s: float = setting(
-        0.0,
-        "Ledgers every cursor has passed are kept while younger than this (-1: for ever).",
-        pulsar_name="defaultRetentionTimeInMinutes",
+        0.0, "Ledgers every cursor has passed are kept while younger than this (-1: for ever)."
     )
     retention_size_bytes: int = setting(
-        0,
-        "... or while the topic is under this size (-1: for ever).",
-        pulsar_name="defaultRetentionSizeInMB",
+        0, "... or while the topic is under this size (-1: for ever)."
     )
     cache_size_bytes: int = setting(
         64 * 1024 * 1024,
         "Bytes of recent entries kept in memory for tailing reads, for all the topics of a "
         "broker together.",
-        pulsar_name="managedLedgerCacheSizeMB",
     )
     max_entry_bytes: int = setting(
         5 * 1024 * 1024, "Largest entry accepted (the protocol's 5 MiB frame, less headers)."

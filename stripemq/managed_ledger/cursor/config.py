@@ -12,25 +12,11 @@ from stripemq.errors import ConfigError
 class CursorConfig:
     """How cursors persist; built from ``BrokerConfig`` with the managed ledger's config."""
 
-    ensemble_size: int = setting(
-        2,
-        "Bookies each cursor ledger is striped over.",
-        pulsar_name="managedLedgerDefaultEnsembleSize",
-    )
-    write_quorum_size: int = setting(
-        2,
-        "Bookies each snapshot entry is written to.",
-        pulsar_name="managedLedgerDefaultWriteQuorum",
-    )
-    ack_quorum_size: int = setting(
-        2,
-        "Bookies that must confirm a snapshot entry.",
-        pulsar_name="managedLedgerDefaultAckQuorum",
-    )
+    ensemble_size: int = setting(2, "Bookies each cursor ledger is striped over.")
+    write_quorum_size: int = setting(2, "Bookies each snapshot entry is written to.")
+    ack_quorum_size: int = setting(2, "Bookies that must confirm a snapshot entry.")
     snapshot_interval_ms: int = setting(
-        1000,
-        "A snapshot at most this often (1000 / managedLedgerDefaultMarkDeleteRateLimit) ...",
-        pulsar_name="managedLedgerDefaultMarkDeleteRateLimit",
+        1000, "A snapshot at most this often (1000 / managedLedgerDefaultMarkDeleteRateLimit) ..."
     )
     snapshot_max_unpersisted_acks: int = setting(
         10_000,
@@ -39,20 +25,13 @@ class CursorConfig:
     )
     snapshot_chunk_bytes: int = setting(1 << 20, "Largest chunk entry of a snapshot.")
     max_entries_per_ledger: int = setting(
-        50_000,
-        "The cursor ledger rolls over after this many entries ...",
-        pulsar_name="managedLedgerCursorMaxEntriesPerLedger",
+        50_000, "The cursor ledger rolls over after this many entries ..."
     )
-    rollover_time_s: int = setting(
-        14_400,
-        "... or when it is this old.",
-        pulsar_name="managedLedgerCursorRolloverTimeInSeconds",
-    )
+    rollover_time_s: int = setting(14_400, "... or when it is this old.")
     max_ranges_in_metadata: int = setting(
         1000,
         "When the cursor ledger cannot be written, this many hole ranges go to the metadata "
         "store instead; holes beyond them would be redelivered after a crash, never lost.",
-        pulsar_name="managedLedgerMaxUnackedRangesToPersistInMetadataStore",
     )
 
     def validate(self) -> None:
