@@ -31,3 +31,12 @@ async def new_store(request: pytest.FixtureRequest) -> AsyncIterator[StoreFactor
     yield factory
     for store in stores:
         await store.close()
+
+
+@pytest.fixture
+async def store() -> AsyncIterator[MetadataStore]:
+    """One memory:// store of its own (a module may define its own ``store``)."""
+    s = create_metadata_store(f"memory://{uuid.uuid4().hex[:8]}")
+    await s.start()
+    yield s
+    await s.close()

@@ -5,8 +5,6 @@ handle's seal. Real ledger metadata on memory://; bookies answer from memory."""
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -22,7 +20,7 @@ from stripemq.bookie.client.metadata import LedgerMetadata, LedgerState, master_
 from stripemq.bookie.client.reader import BookieHealth
 from stripemq.errors import LedgerClosedError, LedgerFencedError, MetadataError
 from stripemq.lifecycle import IllegalTransitionError
-from stripemq.metadata import MetadataStore, create_metadata_store
+from stripemq.metadata import MetadataStore
 from stripemq.testing.polling import until
 
 H = HandleLifecycle
@@ -90,14 +88,6 @@ class FakeClient:
     config: ClientConfig = field(default_factory=lambda: ClientConfig(explicit_lac_interval_ms=0))
     health: BookieHealth = field(default_factory=BookieHealth)
     closed: bool = False
-
-
-@pytest.fixture
-async def store() -> AsyncIterator[MetadataStore]:
-    s = create_metadata_store(f"memory://{uuid.uuid4().hex[:8]}")
-    await s.start()
-    yield s
-    await s.close()
 
 
 async def new_handle(

@@ -5,8 +5,6 @@ and topic use, and nothing is written to the metadata store."""
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -23,7 +21,7 @@ from stripemq.broker.ownership import BrokerInfo, bundle_of
 from stripemq.broker.partitions import create_partitioned_topic
 from stripemq.broker.service import BrokerService, TopicPolicies
 from stripemq.errors import NodeExistsError
-from stripemq.metadata import MetadataStore, create_metadata_store
+from stripemq.metadata import MetadataStore
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.topic_name import TopicName
 from stripemq.testing.metadata import metadata_tree
@@ -36,14 +34,6 @@ class NoBookies:
 
     def __getattr__(self, name: str) -> object:
         raise AssertionError(f"the ledger client was used ({name})")
-
-
-@pytest.fixture
-async def store() -> AsyncIterator[MetadataStore]:
-    s = create_metadata_store(f"memory://{uuid.uuid4().hex[:8]}")
-    await s.start()
-    yield s
-    await s.close()
 
 
 async def started(store: MetadataStore, policies: TopicPolicies) -> BrokerService:

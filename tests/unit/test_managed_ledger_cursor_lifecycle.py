@@ -5,8 +5,6 @@ memory:// metadata and an in-memory ledger client (``ledger_fakes``)."""
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import AsyncIterator
 from typing import cast
 
 import pytest
@@ -24,19 +22,11 @@ from stripemq.managed_ledger.cursor.managed_cursor import (
 )
 from stripemq.managed_ledger.ledger_chain import LedgerChain, LedgerInfo
 from stripemq.managed_ledger.position import Position
-from stripemq.metadata import MetadataStore, create_metadata_store
+from stripemq.metadata import MetadataStore
 
 C = CursorLifecycle
 LEDGER = 7
 PATH = "/cursors/sub"
-
-
-@pytest.fixture
-async def store() -> AsyncIterator[MetadataStore]:
-    s = create_metadata_store(f"memory://{uuid.uuid4().hex[:8]}")
-    await s.start()
-    yield s
-    await s.close()
 
 
 async def new_cursor(store: MetadataStore, bk: FakeBookKeeper) -> ManagedCursor:

@@ -5,8 +5,6 @@ nothing. On memory:// metadata and an in-memory ledger client (``ledger_fakes``)
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import AsyncIterator
 from typing import cast
 
 import pytest
@@ -22,19 +20,11 @@ from stripemq.managed_ledger.managed_ledger import (
     ManagedLedger,
     ManagedLedgerLifecycle,
 )
-from stripemq.metadata import MetadataStore, create_metadata_store
+from stripemq.metadata import MetadataStore
 from stripemq.proto.initial_position import InitialPosition
 
 L = ManagedLedgerLifecycle
 CONFIG = ManagedLedgerConfig(max_entries_per_ledger=1000, min_rollover_time_s=0)
-
-
-@pytest.fixture
-async def store() -> AsyncIterator[MetadataStore]:
-    s = create_metadata_store(f"memory://{uuid.uuid4().hex[:8]}")
-    await s.start()
-    yield s
-    await s.close()
 
 
 async def opened(
