@@ -94,6 +94,27 @@ async def test_fenced_refuses_acks_and_snapshots_and_close_writes_nothing(
     assert await node_version(store) == version and not bk.ledgers
 
 
+async def test_closes_racing_a_snapshot_of_a_fenced_cursor_close_its_ledger_once(
+    store: MetadataStore,
+) -> None:
+    bk = FakeBookKeeper()
+    config = CursorConfig(snapshot_interval_ms=60_000, snapshot_max_unpersisted_acks=1)
+    env = CursorEnvironment(
+        store, cast(BookKeeper, bk), LedgerChain([LedgerInfo(LEDGER, 10)]), config
+    )
+    cursor = await ManagedCursor.create("sub", PATH, env, Position(LEDGER, -1))
+    bk.gate = asyncio.Event()
+    cursor.ack([Position(LEDGER, 0)])  # a snapshot starts at once, and waits for its ledger
+    await asyncio.sleep(0)
+    cursor.fence()
+    closes = [asyncio.ensure_future(cursor.close()) for _ in range(3)]
+    await asyncio.sleep(0)
+    bk.gate.set()  # the snapshot gets its ledger while the closes wait for it
+    await asyncio.gather(*closes)
+    assert cursor.lifecycle is C.CLOSED
+    assert [h.closes for h in bk.ledgers.values()] == [1]  # the snapshot's ledger, once
+
+
 async def test_a_fenced_cursor_closes_its_ledger_once_however_often_it_is_closed(
     store: MetadataStore,
 ) -> None:
