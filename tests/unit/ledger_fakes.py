@@ -59,11 +59,16 @@ class FakeBookKeeper:
         self.fenced: set[int] = set()
         self.deleted: list[int] = []
         self.gate: asyncio.Event | None = None  # when set, create_ledger waits for it
+        self.held = 0  # create_ledger calls waiting at the gate now
         self._next_id = 1
 
     async def create_ledger(self, *args: Any, **kwargs: Any) -> FakeLedgerHandle:
         if self.gate is not None:
-            await self.gate.wait()
+            self.held += 1
+            try:
+                await self.gate.wait()
+            finally:
+                self.held -= 1
         handle = FakeLedgerHandle(self, self._next_id)
         self._next_id += 1
         self.ledgers[handle.ledger_id] = handle

@@ -56,7 +56,7 @@ async def test_take_waits_for_a_message_put_later() -> None:
     taken = Taken()
     queue = ReceiverQueue(taken)
     task = asyncio.create_task(queue.take(timeout_s=5))
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0)  # one loop turn: the take runs until it waits
     assert not task.done()
     message = _message(1)
     queue.put(message)
@@ -154,7 +154,7 @@ async def test_close_wakes_every_waiter_with_already_closed() -> None:
     queue = ReceiverQueue(Taken())
     waiters = [asyncio.create_task(queue.take()) for _ in range(3)]
     timed = asyncio.create_task(queue.take(timeout_s=10))
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0)  # one loop turn: every take runs until it waits
     queue.close()
     results = await asyncio.wait_for(asyncio.gather(*waiters, timed, return_exceptions=True), 1)
     assert all(isinstance(r, AlreadyClosedError) for r in results), results

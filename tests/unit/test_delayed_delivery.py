@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from dataclasses import dataclass, field
 
 import pytest
@@ -16,6 +15,7 @@ from stripemq.broker.delivery import DeliveryState, EntryInfo
 from stripemq.broker.dispatch import ConsumerSlot, Dispatcher, RoundRobinDispatcher
 from stripemq.broker.key_shared import KeySharedDispatcher
 from stripemq.broker.topic import Consumer, Subscription, entry_info
+from stripemq.clock import now_ms
 from stripemq.errors import ConfigError
 from stripemq.managed_ledger.cursor.non_durable import NonDurableCursor
 from stripemq.managed_ledger.ledger_chain import LedgerChain, LedgerInfo
@@ -310,7 +310,7 @@ class Inbox(NullSink):
         entry: bytes,
         ack_set: list[int] | None = None,
     ) -> None:
-        self.received.append((time.time_ns() // 1_000_000, entry))
+        self.received.append((now_ms(), entry))
 
 
 def message(text: str, deliver_at_ms: int | None = None) -> bytes:
@@ -338,7 +338,7 @@ async def test_the_subscription_timer_releases_due_entries(sub_type: int, delays
     consumer = Consumer(ConsumerSlot(1, "c"), inbox, subscription)
     subscription.add_consumer(consumer)
     subscription.flow(consumer, 100)
-    start = time.time_ns() // 1_000_000
+    start = now_ms()
     due = start + 300
     ml.append(message("late", due))
     ml.append(message("now"))
@@ -355,7 +355,7 @@ async def test_the_subscription_timer_releases_due_entries(sub_type: int, delays
             assert inbox.received[1][0] < due
         # A marker due two ticks from now: once it has come, every release due before it
         # has been dispatched ahead of it.
-        ml.append(message("end", time.time_ns() // 1_000_000 + 40))
+        ml.append(message("end", now_ms() + 40))
         await until(lambda: len(inbox.received) >= 3, "the end marker arrived", timeout=5)
         arrived = [entry for _, entry in inbox.received]
         assert len(arrived) == 3 and arrived[2].endswith(b"end"), arrived  # nothing twice
@@ -372,7 +372,7 @@ async def test_disabled_delays_deliver_at_once() -> None:
     consumer = Consumer(ConsumerSlot(1, "c"), inbox, subscription)
     subscription.add_consumer(consumer)
     subscription.flow(consumer, 10)
-    ml.append(message("late", time.time_ns() // 1_000_000 + 60_000))
+    ml.append(message("late", now_ms() + 60_000))
     try:
         await until(lambda: len(inbox.received) == 1, "one message arrived", timeout=5)
     finally:

@@ -23,6 +23,7 @@ from stripemq.managed_ledger.cursor.managed_cursor import (
 from stripemq.managed_ledger.ledger_chain import LedgerChain, LedgerInfo
 from stripemq.managed_ledger.position import Position
 from stripemq.metadata import MetadataStore
+from stripemq.testing.polling import until
 
 C = CursorLifecycle
 LEDGER = 7
@@ -66,7 +67,7 @@ async def test_acks_are_refused_while_closing(store: MetadataStore) -> None:
     cursor.ack([Position(LEDGER, 0)])
     bk.gate = asyncio.Event()  # the closing snapshot waits for its new ledger
     closing = asyncio.ensure_future(cursor.close())
-    await asyncio.sleep(0)
+    await until(lambda: bk.held == 1, "the closing snapshot waits for its ledger")
     assert cursor.lifecycle is C.CLOSING
     with pytest.raises(ManagedLedgerClosedError):
         cursor.ack([Position(LEDGER, 1)])
@@ -105,7 +106,7 @@ async def test_closes_racing_a_snapshot_of_a_fenced_cursor_close_its_ledger_once
     cursor = await ManagedCursor.create("sub", PATH, env, Position(LEDGER, -1))
     bk.gate = asyncio.Event()
     cursor.ack([Position(LEDGER, 0)])  # a snapshot starts at once, and waits for its ledger
-    await asyncio.sleep(0)
+    await until(lambda: bk.held == 1, "the snapshot waits for its ledger")
     cursor.fence()
     closes = [asyncio.ensure_future(cursor.close()) for _ in range(3)]
     await asyncio.sleep(0)
@@ -150,7 +151,7 @@ async def test_fenced_while_closing(store: MetadataStore) -> None:
     cursor.ack([Position(LEDGER, 0)])
     bk.gate = asyncio.Event()
     closing = asyncio.ensure_future(cursor.close())
-    await asyncio.sleep(0)
+    await until(lambda: bk.held == 1, "the closing snapshot waits for its ledger")
     cursor.fence()  # the managed ledger was taken over meanwhile
     assert cursor.lifecycle is C.FENCED
     with pytest.raises(ManagedLedgerFencedError):

@@ -5,6 +5,7 @@ nothing. On memory:// metadata and an in-memory ledger client (``ledger_fakes``)
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
 from typing import cast
 
 import pytest
@@ -22,6 +23,7 @@ from stripemq.managed_ledger.managed_ledger import (
 )
 from stripemq.metadata import MetadataStore
 from stripemq.proto.initial_position import InitialPosition
+from stripemq.testing.polling import until
 
 L = ManagedLedgerLifecycle
 CONFIG = ManagedLedgerConfig(max_entries_per_ledger=1000, min_rollover_time_s=0)
@@ -42,18 +44,27 @@ async def node_version(store: MetadataStore, path: str) -> int:
     return found[1].version
 
 
-def hold_cursor_close(ml: ManagedLedger, name: str) -> asyncio.Event:
-    """Make closing cursor ``name`` wait until the returned event is set."""
+@dataclass
+class HeldClose:
+    """A cursor close held back: it starts waiting (``waiting``) until ``release`` is set."""
+
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+    waiting: bool = False
+
+
+def hold_cursor_close(ml: ManagedLedger, name: str) -> HeldClose:
+    """Make closing cursor ``name`` wait until the returned hold is released."""
     cursor = ml.cursors[name]
     real_close = cursor.close
-    release = asyncio.Event()
+    hold = HeldClose()
 
     async def held_close() -> None:
-        await release.wait()
+        hold.waiting = True
+        await hold.release.wait()
         await real_close()
 
     cursor.close = held_close  # type: ignore[method-assign]
-    return release
+    return hold
 
 
 async def test_opening_until_open_then_open(store: MetadataStore) -> None:
@@ -84,13 +95,13 @@ async def test_close_seals_the_ledger_once_and_refuses_from_then_on(
 async def test_appends_are_refused_while_closing(store: MetadataStore) -> None:
     ml = await opened(store, FakeBookKeeper())
     await ml.open_cursor("sub", InitialPosition.Earliest)
-    release = hold_cursor_close(ml, "sub")
+    hold = hold_cursor_close(ml, "sub")
     closing = asyncio.ensure_future(ml.close())
-    await asyncio.sleep(0)
+    await until(lambda: hold.waiting, "the close waits for its cursor")
     assert ml.lifecycle is L.CLOSING and not ml.closed
     with pytest.raises(ManagedLedgerClosedError, match="closing"):
         ml.add_entry_async(b"late")
-    release.set()
+    hold.release.set()
     await closing
     assert ml.lifecycle is L.CLOSED
 
@@ -160,13 +171,13 @@ async def test_abandoned_while_closing_the_close_seals_nothing(store: MetadataSt
     await ml.open_cursor("sub", InitialPosition.Earliest)
     await ml.add_entry(b"a")
     handle = bk.ledgers[ml.current_ledger_id]
-    release = hold_cursor_close(ml, "sub")
+    hold = hold_cursor_close(ml, "sub")
     closing = asyncio.ensure_future(ml.close())
-    await asyncio.sleep(0)
+    await until(lambda: hold.waiting, "the close waits for its cursor")
     assert ml.lifecycle is L.CLOSING
     ml.abandon()  # the metadata session went meanwhile
     assert ml.lifecycle is L.CLOSED
-    release.set()
+    hold.release.set()
     await closing
     assert handle.closes == 0
 
@@ -176,10 +187,10 @@ async def test_two_closes_at_once_both_wait_for_the_seal(store: MetadataStore) -
     ml = await opened(store, bk)
     await ml.open_cursor("sub", InitialPosition.Earliest)
     handle = bk.ledgers[ml.current_ledger_id]
-    release = hold_cursor_close(ml, "sub")
+    hold = hold_cursor_close(ml, "sub")
     first, second = asyncio.ensure_future(ml.close()), asyncio.ensure_future(ml.close())
-    await asyncio.sleep(0)
-    release.set()
+    await until(lambda: hold.waiting, "the first close waits for its cursor")
+    hold.release.set()
     await asyncio.gather(first, second)
     # Each close waits for the seal (a real handle's closes share one seal).
     assert ml.lifecycle is L.CLOSED and handle.closes == 2
