@@ -110,6 +110,8 @@ class Session(Generic[E]):
 
     def data_to_send(self) -> bytes:
         """What the session wrote since the last call; the driver sends it as it is."""
+        if not self._outbox:  # the common case: a SEND or an ACK needs no answer of its own
+            return b""
         data = b"".join(self._outbox)
         self._outbox.clear()
         return data
