@@ -5,11 +5,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Iterable
+
+from prometheus_client.registry import Collector
 
 from stripemq.bookie.client import BookKeeper
+from stripemq.broker.admin.rest import AdminContext
 from stripemq.broker.config import BrokerConfig
 from stripemq.broker.server import BrokerServer
-from stripemq.broker.service import TopicPolicies
+from stripemq.broker.service import BrokerService, TopicPolicies
+from stripemq.broker.web import WebService
 from stripemq.errors import StripeMQError
 from stripemq.metadata import MetadataStore, SessionEvent, create_metadata_store
 
@@ -19,18 +24,47 @@ log = logging.getLogger(__name__)
 class BrokerApp:
     """``stripemq broker``: start, serve, stop (on a shared store for standalone)."""
 
-    def __init__(self, config: BrokerConfig, store: MetadataStore | None = None) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        store: MetadataStore | None = None,
+        extra_collectors: Iterable[Collector] = (),
+    ) -> None:
+        """``extra_collectors`` join the web port's ``/metrics`` (the standalone's bookie)."""
         config.validate()
         self.config = config
         self._shared_store = store
         self.store: MetadataStore | None = store
         self.bk: BookKeeper | None = None
         self.server: BrokerServer | None = None
+        self.web = WebService(
+            self._admin_context,
+            config.bind_address,
+            config.web_service_port,
+            config.advertised_address or config.bind_address,
+            extra_collectors,
+        )
+        self._web_started = False
         self._restart: asyncio.Task[None] | None = None
         self._stopping = False
 
+    def _admin_context(self, web_url: str) -> AdminContext:
+        return AdminContext(self.config, web_url, self._serving, lambda: self.store)
+
+    def _serving(self) -> BrokerService | None:
+        """The topic service while the broker serves (None while it starts or restarts)."""
+        server = self.server
+        if server is None or self._restart is not None:
+            return None
+        return server.service if server.ready else None
+
     async def start(self) -> None:
         try:
+            if not self._web_started:
+                # Bound first: the broker registers the web URL it really serves on.
+                await self.web.start()
+                self._web_started = True
+                self.config.web_service_port = self.web.port
             if self.store is None:
                 self.store = create_metadata_store(
                     self.config.metadata_service_uri,
@@ -59,6 +93,8 @@ class BrokerApp:
                 ),
                 keepalive_s=self.config.keep_alive_interval_seconds,
                 max_pending_publishes=self.config.max_pending_publish_requests_per_connection,
+                web_url=self.web.web_url,
+                cluster=self.config.cluster_name,
             )
             await self.server.start()
             self.config.broker_service_port = self.server.port  # 0 picked one
@@ -94,6 +130,8 @@ class BrokerApp:
             self._restart.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._restart
+        await self.web.stop()
+        self._web_started = False
         await self._release()
 
     async def _release(self, abandon: bool = False) -> None:

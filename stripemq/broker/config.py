@@ -53,8 +53,16 @@ class BrokerConfig:
     )
     web_service_port: int = setting(
         8080,
-        "Port of the HTTP service (admin REST API); reserved: this version serves no HTTP.",
+        "Port of the HTTP service: the admin REST API, lookups and /metrics (0 picks a free port).",
         pulsar_name="webServicePort",
+        option="--web-port",
+    )
+    cluster_name: str = setting(
+        "standalone",
+        "Name of the cluster this broker belongs to (made by initialize-cluster-metadata "
+        "or at first start).",
+        pulsar_name="clusterName",
+        option="--cluster",
     )
     advertised_address: str | None = setting(
         None,
@@ -193,6 +201,10 @@ class BrokerConfig:
     def validate(self) -> None:
         if not 0 <= self.broker_service_port < 65536:
             raise ConfigError(f"broker_service_port {self.broker_service_port} out of range")
+        if not 0 <= self.web_service_port < 65536:
+            raise ConfigError(f"web_service_port {self.web_service_port} out of range")
+        if not self.cluster_name or "/" in self.cluster_name:
+            raise ConfigError(f"cluster_name {self.cluster_name!r} is not a valid name")
         if self.max_message_size < 1024:
             raise ConfigError("max_message_size must be at least 1024")
         if self.max_pending_publish_requests_per_connection < 1:

@@ -33,6 +33,8 @@ class BrokerServer:
         policies: TopicPolicies | None = None,
         keepalive_s: float = 30.0,
         max_pending_publishes: int = DEFAULT_MAX_PENDING_PUBLISHES,
+        web_url: str = "",
+        cluster: str = "standalone",
     ) -> None:
         self.store = store
         self.bk = bk
@@ -44,10 +46,13 @@ class BrokerServer:
         self.policies = policies
         self.keepalive_s = keepalive_s
         self.max_pending_publishes = max_pending_publishes
+        self.web_url = web_url
+        self.cluster = cluster
         self.service: BrokerService | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self.connections: set[ServerConnection] = set()  # the clients served now
+        self.ready = False  # the service has started and the port serves
 
     @property
     def service_url(self) -> str:
@@ -60,10 +65,13 @@ class BrokerServer:
             self._accept, self.host, self.port, start_serving=False
         )
         self.port = self._server.sockets[0].getsockname()[1]
-        me = BrokerInfo(f"{self.advertised_host}:{self.port}", self.service_url)
-        self.service = BrokerService(self.store, self.bk, me, self.ml_config, self.policies)
+        me = BrokerInfo(f"{self.advertised_host}:{self.port}", self.service_url, self.web_url)
+        self.service = BrokerService(
+            self.store, self.bk, me, self.ml_config, self.policies, cluster=self.cluster
+        )
         await self.service.start()
         await self._server.start_serving()
+        self.ready = True
         log.info("broker serving %s", self.service_url)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -93,6 +101,7 @@ class BrokerServer:
     async def stop(self, *, abandon: bool = False) -> None:
         """Close every connection and topic; ``abandon`` writes nothing on the way out (the
         metadata session is gone and another broker may own the topics already)."""
+        self.ready = False
         if self._server is not None:
             self._server.close()
         for task in list(self._connections):

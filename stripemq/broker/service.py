@@ -14,10 +14,11 @@ import logging
 from dataclasses import dataclass, field
 
 from stripemq.bookie.client import BookKeeper
+from stripemq.broker.cluster_metadata import initialize_cluster_metadata
 from stripemq.broker.config import DelayedDeliveryConfig
 from stripemq.broker.dedup import Deduplication
 from stripemq.broker.names import check_topic_supported
-from stripemq.broker.namespaces import check_namespace, ensure_defaults
+from stripemq.broker.namespaces import check_namespace
 from stripemq.broker.ownership import BrokerInfo, Bundle, Ownership, bundle_of
 from stripemq.broker.partitions import (
     PartitionedTopicExistsError,
@@ -60,8 +61,12 @@ class BrokerService:
         me: BrokerInfo,
         ml_config: ManagedLedgerConfig | None = None,
         policies: TopicPolicies | None = None,
+        *,
+        cluster: str = "standalone",
     ) -> None:
         self.store = store
+        self.cluster = cluster
+        self.me = me
         self.bk = bk
         self.service_url = me.service_url
         self.ownership = Ownership(store, me)
@@ -74,7 +79,7 @@ class BrokerService:
 
     async def start(self) -> None:
         """Make the default tenant and namespace if need be, and register this broker."""
-        await ensure_defaults(self.store)
+        await initialize_cluster_metadata(self.store, self.cluster, self.me)
         await self.ownership.register()
         self._started.set()
 

@@ -1,0 +1,360 @@
+"""Namespace policies: the records, their JSON (Pulsar's ``Policies`` names) and validation.
+
+A namespace's policies are one JSON document at ``/stripemq/policies/<tenant>/<namespace>``,
+written by the admin API and watched by every broker. The document uses Pulsar's field
+names (``retention_policies``, ``message_ttl_in_seconds``, ``backlog_quota_map``,
+``deduplicationEnabled``, ``publishMaxMessageRate``, ``clusterDispatchRate``,
+``subscriptionDispatchRate``, ``autoTopicCreationOverride``, ``bundles``), so what
+``GET /admin/v2/namespaces/{tenant}/{ns}`` answers is the stored document. Rates are kept
+per cluster, as Pulsar keeps them; a broker applies its own cluster's.
+
+Everything here is sans-IO: parsing a request body (``*.parse``) checks types and bounds
+and raises ``InvalidPolicyError`` naming the field, before anything is stored. A policy
+left unset (``None``) means the broker's default applies.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from stripemq.broker.ownership import DEFAULT_BUNDLES, FULL_RANGE
+from stripemq.errors import StripeMQError
+
+MAX_BUNDLES = 1024
+# Bounds that keep a mistyped figure from meaning "for ever" by overflow.
+MAX_INT = (1 << 31) - 1  # a Java int (Pulsar's minutes, seconds and message rates)
+MAX_LONG = (1 << 63) - 1  # a Java long (bytes)
+
+
+class InvalidPolicyError(StripeMQError, ValueError):
+    """A policy body of the wrong shape or out of bounds; the admin API answers 412 (400
+    for a body that is not JSON at all) and stores nothing."""
+
+
+def _int(body: Mapping[str, Any], key: str, *, low: int = -1, high: int = MAX_INT) -> int:
+    value = body.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidPolicyError(f"{key} must be an integer, not {value!r}")
+    if not low <= value <= high:
+        raise InvalidPolicyError(f"{key} must be in {low}..{high}, not {value}")
+    return value
+
+
+def _object(body: object, what: str) -> Mapping[str, Any]:
+    if not isinstance(body, Mapping):
+        raise InvalidPolicyError(f"{what} must be a JSON object, not {type(body).__name__}")
+    return body
+
+
+def parse_int(body: object, what: str, *, low: int = 0, high: int = MAX_INT) -> int:
+    """A bare integer body (``messageTTL``, a partition count)."""
+    if isinstance(body, bool) or not isinstance(body, int):
+        raise InvalidPolicyError(f"{what} must be an integer, not {body!r}")
+    if not low <= body <= high:
+        raise InvalidPolicyError(f"Invalid value for {what}: {body} (must be in {low}..{high})")
+    return body
+
+
+def parse_bool(body: object, what: str) -> bool:
+    if not isinstance(body, bool):
+        raise InvalidPolicyError(f"{what} must be true or false, not {body!r}")
+    return body
+
+
+@dataclass(frozen=True)
+class RetentionPolicies:
+    """Keep consumed data this long or this big (-1: no limit; 0: keep nothing)."""
+
+    retention_time_in_minutes: int = 0
+    retention_size_in_mb: int = 0
+
+    @classmethod
+    def parse(cls, body: object) -> RetentionPolicies:
+        obj = _object(body, "retention")
+        policies = cls(
+            _int(obj, "retentionTimeInMinutes"), _int(obj, "retentionSizeInMB", high=MAX_LONG)
+        )
+        time, size = policies.retention_time_in_minutes, policies.retention_size_in_mb
+        if (time == 0) != (size == 0):
+            # Pulsar's rule: one limit of zero and one not keeps nothing, surely a mistake.
+            raise InvalidPolicyError(
+                "Invalid retention policy: retentionTimeInMinutes and retentionSizeInMB "
+                "must both be zero or both be non-zero"
+            )
+        return policies
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "retentionTimeInMinutes": self.retention_time_in_minutes,
+            "retentionSizeInMB": self.retention_size_in_mb,
+        }
+
+    @property
+    def time_s(self) -> float:
+        """In the managed ledger's terms: seconds, -1 for ever."""
+        return -1.0 if self.retention_time_in_minutes < 0 else self.retention_time_in_minutes * 60.0
+
+    @property
+    def size_bytes(self) -> int:
+        return -1 if self.retention_size_in_mb < 0 else self.retention_size_in_mb * 1024 * 1024
+
+
+class BacklogQuotaType(enum.Enum):
+    """What a backlog quota limits: the backlog's bytes, or its oldest message's age."""
+
+    DESTINATION_STORAGE = "destination_storage"
+    MESSAGE_AGE = "message_age"
+
+
+class BacklogQuotaPolicy(enum.Enum):
+    """What happens past the quota (Pulsar's ``RetentionPolicy`` of a backlog quota)."""
+
+    PRODUCER_REQUEST_HOLD = "producer_request_hold"
+    PRODUCER_EXCEPTION = "producer_exception"
+    CONSUMER_BACKLOG_EVICTION = "consumer_backlog_eviction"
+
+
+@dataclass(frozen=True)
+class BacklogQuota:
+    """A backlog limit: ``limit_size`` bytes or ``limit_time`` seconds (-1: none)."""
+
+    limit_size: int = -1
+    limit_time: int = -1
+    policy: BacklogQuotaPolicy = BacklogQuotaPolicy.PRODUCER_REQUEST_HOLD
+
+    @classmethod
+    def parse(cls, body: object) -> BacklogQuota:
+        obj = _object(body, "backlog quota")
+        size = obj.get("limitSize", obj.get("limit", -1))
+        limit_size = _int({"limitSize": size}, "limitSize", high=MAX_LONG)
+        limit_time = _int({"limitTime": obj.get("limitTime", -1)}, "limitTime")
+        raw_policy = obj.get("policy")
+        try:
+            policy = BacklogQuotaPolicy(raw_policy)
+        except ValueError:
+            choices = ", ".join(p.value for p in BacklogQuotaPolicy)
+            raise InvalidPolicyError(
+                f"policy must be one of {choices}, not {raw_policy!r}"
+            ) from None
+        return cls(limit_size, limit_time, policy)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "limit": self.limit_size,  # Pulsar still writes the deprecated name
+            "limitSize": self.limit_size,
+            "limitTime": self.limit_time,
+            "policy": self.policy.value,
+        }
+
+
+def parse_backlog_quota_type(raw: str | None) -> BacklogQuotaType:
+    """The ``backlogQuotaType`` query parameter (``destination_storage`` if absent)."""
+    if raw is None or raw == "":
+        return BacklogQuotaType.DESTINATION_STORAGE
+    try:
+        return BacklogQuotaType(raw)
+    except ValueError:
+        choices = ", ".join(t.value for t in BacklogQuotaType)
+        raise InvalidPolicyError(
+            f"backlogQuotaType must be one of {choices}, not {raw!r}"
+        ) from None
+
+
+@dataclass(frozen=True)
+class PublishRate:
+    """Messages and bytes a topic accepts per second (-1 or 0: unlimited)."""
+
+    publish_throttling_rate_in_msg: int = -1
+    publish_throttling_rate_in_byte: int = -1
+
+    @classmethod
+    def parse(cls, body: object) -> PublishRate:
+        obj = _object(body, "publish rate")
+        return cls(
+            _int(obj, "publishThrottlingRateInMsg"),
+            _int(obj, "publishThrottlingRateInByte", high=MAX_LONG),
+        )
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "publishThrottlingRateInMsg": self.publish_throttling_rate_in_msg,
+            "publishThrottlingRateInByte": self.publish_throttling_rate_in_byte,
+        }
+
+    @property
+    def limited(self) -> bool:
+        return self.publish_throttling_rate_in_msg > 0 or self.publish_throttling_rate_in_byte > 0
+
+
+@dataclass(frozen=True)
+class DispatchRate:
+    """Messages and bytes dispatched per ``rate_period_in_second`` (-1 or 0: unlimited)."""
+
+    dispatch_throttling_rate_in_msg: int = -1
+    dispatch_throttling_rate_in_byte: int = -1
+    rate_period_in_second: int = 1
+    relative_to_publish_rate: bool = False
+
+    @classmethod
+    def parse(cls, body: object) -> DispatchRate:
+        obj = _object(body, "dispatch rate")
+        relative = obj.get("relativeToPublishRate", False)
+        return cls(
+            _int(obj, "dispatchThrottlingRateInMsg"),
+            _int(obj, "dispatchThrottlingRateInByte", high=MAX_LONG),
+            _int(
+                {"ratePeriodInSecond": obj.get("ratePeriodInSecond", 1)},
+                "ratePeriodInSecond",
+                low=1,
+                high=86_400,
+            ),
+            parse_bool(relative, "relativeToPublishRate"),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dispatchThrottlingRateInMsg": self.dispatch_throttling_rate_in_msg,
+            "dispatchThrottlingRateInByte": self.dispatch_throttling_rate_in_byte,
+            "relativeToPublishRate": self.relative_to_publish_rate,
+            "ratePeriodInSecond": self.rate_period_in_second,
+        }
+
+    @property
+    def limited(self) -> bool:
+        return self.dispatch_throttling_rate_in_msg > 0 or self.dispatch_throttling_rate_in_byte > 0
+
+
+class TopicType(enum.Enum):
+    PARTITIONED = "partitioned"
+    NON_PARTITIONED = "non-partitioned"
+
+
+@dataclass(frozen=True)
+class AutoTopicCreationOverride:
+    """The namespace's word on creating topics on first use, over the broker's setting."""
+
+    allow_auto_topic_creation: bool = True
+    topic_type: TopicType = TopicType.NON_PARTITIONED
+    default_num_partitions: int | None = None
+
+    @classmethod
+    def parse(cls, body: object) -> AutoTopicCreationOverride:
+        obj = _object(body, "auto topic creation")
+        allow = parse_bool(obj.get("allowAutoTopicCreation"), "allowAutoTopicCreation")
+        raw_type = obj.get("topicType", TopicType.NON_PARTITIONED.value)
+        try:
+            topic_type = TopicType(raw_type)
+        except ValueError:
+            raise InvalidPolicyError(
+                f"topicType must be partitioned or non-partitioned, not {raw_type!r}"
+            ) from None
+        partitions = obj.get("defaultNumPartitions")
+        if topic_type is TopicType.PARTITIONED and allow:
+            partitions = _int(
+                {"defaultNumPartitions": partitions}, "defaultNumPartitions", low=1, high=10_000
+            )
+        elif partitions is not None:
+            partitions = _int(
+                {"defaultNumPartitions": partitions}, "defaultNumPartitions", low=1, high=10_000
+            )
+        return cls(allow, topic_type, partitions)
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "allowAutoTopicCreation": self.allow_auto_topic_creation,
+            "topicType": self.topic_type.value,
+        }
+        if self.default_num_partitions is not None:
+            doc["defaultNumPartitions"] = self.default_num_partitions
+        return doc
+
+
+def bundle_boundaries(count: int) -> list[str]:
+    """Pulsar's ``bundles.boundaries``: ``count + 1`` hex boundaries of the hash space."""
+    width = FULL_RANGE // count
+    points = [i * width for i in range(count)] + [FULL_RANGE - 1]
+    return [f"0x{point:08x}" for point in points]
+
+
+@dataclass(frozen=True)
+class Policies:
+    """A namespace's policies (unset ones: ``None`` or empty, the broker's default)."""
+
+    bundles: int = DEFAULT_BUNDLES
+    replication_clusters: tuple[str, ...] = ()
+    retention: RetentionPolicies | None = None
+    message_ttl_in_seconds: int | None = None
+    backlog_quotas: Mapping[BacklogQuotaType, BacklogQuota] = field(default_factory=dict)
+    deduplication_enabled: bool | None = None
+    publish_rates: Mapping[str, PublishRate] = field(default_factory=dict)  # by cluster
+    dispatch_rates: Mapping[str, DispatchRate] = field(default_factory=dict)  # by cluster
+    subscription_dispatch_rates: Mapping[str, DispatchRate] = field(default_factory=dict)
+    auto_topic_creation: AutoTopicCreationOverride | None = None
+
+    def with_(self, **changes: Any) -> Policies:
+        """A copy with ``changes`` (the admin API changes one policy at a time)."""
+        return replace(self, **changes)
+
+    def to_json(self) -> dict[str, Any]:
+        """Pulsar's ``Policies`` JSON: what is stored and what GET answers."""
+        return {
+            "bundles": {"boundaries": bundle_boundaries(self.bundles), "numBundles": self.bundles},
+            "replication_clusters": list(self.replication_clusters),
+            "backlog_quota_map": {t.value: q.to_json() for t, q in self.backlog_quotas.items()},
+            "clusterDispatchRate": {c: r.to_json() for c, r in self.dispatch_rates.items()},
+            "topicDispatchRate": {c: r.to_json() for c, r in self.dispatch_rates.items()},
+            "subscriptionDispatchRate": {
+                c: r.to_json() for c, r in self.subscription_dispatch_rates.items()
+            },
+            "publishMaxMessageRate": {c: r.to_json() for c, r in self.publish_rates.items()},
+            "deduplicationEnabled": self.deduplication_enabled,
+            "autoTopicCreationOverride": (
+                self.auto_topic_creation.to_json() if self.auto_topic_creation else None
+            ),
+            "message_ttl_in_seconds": self.message_ttl_in_seconds,
+            "retention_policies": self.retention.to_json() if self.retention else None,
+            "deleted": False,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Policies:
+        """Read a stored document (also the first format, ``{"bundles": N}``).
+
+        Raises ``InvalidPolicyError`` for a document no admin call could have written."""
+        raw_bundles = doc.get("bundles", DEFAULT_BUNDLES)
+        if isinstance(raw_bundles, Mapping):
+            raw_bundles = raw_bundles.get("numBundles", DEFAULT_BUNDLES)
+        bundles = parse_int(raw_bundles, "bundles", low=1, high=MAX_BUNDLES)
+        retention = doc.get("retention_policies")
+        ttl = doc.get("message_ttl_in_seconds")
+        dedup = doc.get("deduplicationEnabled")
+        auto = doc.get("autoTopicCreationOverride")
+        return cls(
+            bundles=bundles,
+            replication_clusters=tuple(doc.get("replication_clusters") or ()),
+            retention=RetentionPolicies.parse(retention) if retention is not None else None,
+            message_ttl_in_seconds=parse_int(ttl, "messageTTL") if ttl is not None else None,
+            backlog_quotas={
+                parse_backlog_quota_type(t): BacklogQuota.parse(q)
+                for t, q in (doc.get("backlog_quota_map") or {}).items()
+            },
+            deduplication_enabled=(
+                parse_bool(dedup, "deduplicationEnabled") if dedup is not None else None
+            ),
+            publish_rates={
+                c: PublishRate.parse(r) for c, r in (doc.get("publishMaxMessageRate") or {}).items()
+            },
+            dispatch_rates={
+                c: DispatchRate.parse(r) for c, r in (doc.get("clusterDispatchRate") or {}).items()
+            },
+            subscription_dispatch_rates={
+                c: DispatchRate.parse(r)
+                for c, r in (doc.get("subscriptionDispatchRate") or {}).items()
+            },
+            auto_topic_creation=(
+                AutoTopicCreationOverride.parse(auto) if auto is not None else None
+            ),
+        )

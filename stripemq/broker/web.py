@@ -1,0 +1,79 @@
+"""The broker's HTTP service on its web port: one aiohttp application serving the admin
+REST API (``/admin/v2``), lookups (``/lookup/v2``) and Prometheus metrics (``/metrics``).
+
+The service is bound before the broker registers itself (so the registration carries the
+real web URL, even when port 0 picked one) and lives as long as the broker process: while
+the broker starts, or starts over after losing its metadata session, resources that need
+topics answer 503 and ``/admin/v2/brokers/ready`` says it is not ready.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+
+from aiohttp import web
+from prometheus_client.registry import Collector
+
+from stripemq.broker.admin import brokers, clusters, lookup, namespaces, persistent, tenants
+from stripemq.broker.admin.rest import AdminContext, error_middleware
+from stripemq.broker.metrics import add_metrics_routes
+
+log = logging.getLogger(__name__)
+
+# Largest request body accepted (policies, ResetCursorData, a partition count).
+MAX_BODY_BYTES = 1024 * 1024
+
+
+def build_app(ctx: AdminContext, extra_collectors: Iterable[Collector] = ()) -> web.Application:
+    """The application with every resource; ``extra_collectors`` join ``/metrics`` (the
+    standalone's bookie)."""
+    app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY_BYTES)
+    for module in (clusters, tenants, namespaces, persistent, brokers, lookup):
+        module.add_routes(app.router, ctx)
+    add_metrics_routes(app.router, ctx, list(extra_collectors))
+    return app
+
+
+class WebService:
+    """Binds the web port and serves ``build_app`` until stopped."""
+
+    def __init__(
+        self,
+        ctx_factory: Callable[[str], AdminContext],
+        host: str,
+        port: int,
+        advertised_host: str,
+        extra_collectors: Iterable[Collector] = (),
+    ) -> None:
+        self._ctx_factory = ctx_factory
+        self.host = host
+        self.port = port
+        self.advertised_host = advertised_host
+        self._extra_collectors = list(extra_collectors)
+        self._runner: web.AppRunner | None = None
+        self.ctx: AdminContext | None = None
+
+    @property
+    def web_url(self) -> str:
+        return f"http://{self.advertised_host}:{self.port}"
+
+    async def start(self) -> None:
+        """Bind (port 0 picks a free one) and serve."""
+        # The URL is fixed once the socket is bound (port 0 lets the system pick one).
+        self.ctx = self._ctx_factory(self.web_url)
+        app = build_app(self.ctx, self._extra_collectors)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        sockets = getattr(site._server, "sockets", None) or []  # no public accessor
+        if sockets:
+            self.port = sockets[0].getsockname()[1]
+        self.ctx.web_url = self.web_url
+        log.info("web service on %s", self.web_url)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
