@@ -59,9 +59,21 @@ class BrokerInfo:
     service_url: str
     web_url: str = ""
 
+    @classmethod
+    def decode(cls, raw: bytes) -> BrokerInfo | None:
+        """What ``encode`` wrote (``None`` for a node nobody could have written)."""
+        try:
+            doc = json.loads(raw)
+            service_url = str(doc["service_url"])
+            broker_id = str(doc.get("broker_id") or service_url.split("://", 1)[-1])
+            return cls(broker_id, service_url, str(doc.get("web_url", "")))
+        except (ValueError, KeyError, TypeError):
+            return None
+
     def encode(self, bundles: int = 0) -> bytes:
         return json.dumps(
             {
+                "broker_id": self.broker_id,
                 "service_url": self.service_url,
                 "web_url": self.web_url,
                 "bundles": bundles,
@@ -89,13 +101,15 @@ class Ownership:
 
     async def owner_of(self, bundle: Bundle) -> str | None:
         """The service URL of the broker owning ``bundle``, if any."""
+        owner = await self.owner_info(bundle)
+        return owner.service_url if owner is not None else None
+
+    async def owner_info(self, bundle: Bundle) -> BrokerInfo | None:
+        """The broker owning ``bundle`` (its service and web URLs), if any."""
         found = await self.store.get(bundle.path)
         if found is None:
             return None
-        try:
-            return str(json.loads(found[0])["service_url"])
-        except (ValueError, KeyError, TypeError):
-            return None
+        return BrokerInfo.decode(found[0])
 
     async def try_acquire(self, bundle: Bundle) -> str:
         """Take the bundle if nobody has it; returns the owner's service URL either way."""

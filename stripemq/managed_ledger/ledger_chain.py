@@ -163,3 +163,16 @@ class LedgerChain:
         return self.entries_after(Position(first.ledger_id, first.entry_id - 1)) - (
             self.entries_after(last)
         )
+
+    def size_after(self, position: Position) -> int:
+        """Bytes of the entries after ``position``: whole ledgers exactly, the ledger holding
+        ``position`` pro rata by entries (Pulsar's estimated backlog size)."""
+        total = 0
+        for ledger_id in self._ledgers.irange(minimum=position.ledger_id):
+            info = self._ledgers[ledger_id]
+            if ledger_id != position.ledger_id:
+                total += info.size
+            elif info.entries:
+                remaining = max(0, info.entries - (position.entry_id + 1))
+                total += info.size * remaining // info.entries
+        return total

@@ -39,6 +39,11 @@ class BrokerProcess(ChildProcess):
     def service_url(self) -> str:
         return f"pulsar://127.0.0.1:{self.port}"
 
+    @property
+    def web_url(self) -> str:
+        """Its admin REST API, lookups and metrics."""
+        return f"http://127.0.0.1:{self.settings['web_service_port']}"
+
     def command(self) -> list[str]:
         return self.stripemq_command(
             "broker",

@@ -20,10 +20,16 @@ class StandaloneProcess(ChildProcess):
         self.port = free_port()
         self.bookie_port = free_port()
         self.stats_port = free_port()
+        self.web_port = free_port()
 
     @property
     def service_url(self) -> str:
         return f"pulsar://127.0.0.1:{self.port}"
+
+    @property
+    def web_url(self) -> str:
+        """Its admin REST API, lookups and metrics."""
+        return f"http://127.0.0.1:{self.web_port}"
 
     def command(self) -> list[str]:
         return self.stripemq_command(
@@ -34,6 +40,8 @@ class StandaloneProcess(ChildProcess):
             str(self.port),
             "--bookie-port",
             str(self.bookie_port),
+            "--web-port",
+            str(self.web_port),
             settings={"stats_http_port": self.stats_port, **self.settings},
         )
 

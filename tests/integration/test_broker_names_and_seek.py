@@ -17,7 +17,7 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from stripemq.broker.namespaces import create_namespace, create_tenant
+from stripemq.broker.namespaces import TenantInfo, create_namespace, create_tenant
 from stripemq.broker.server import BrokerServer
 from stripemq.managed_ledger.config import ManagedLedgerConfig
 from stripemq.metadata import MetadataStore
@@ -184,7 +184,7 @@ async def test_the_official_client_is_refused_clearly(
         assert await in_thread(client_outcome, url, "subscribe", topic, name) == "NotAllowedError"
     assert await in_thread(client_outcome, url, "subscribe", topic, "pulsar.dedupe") == "ok"
     # Once the tenant and namespace exist, their topics are served.
-    await create_tenant(store, "nobody", ["standalone"])
+    await create_tenant(store, "nobody", TenantInfo(allowed_clusters=("standalone",)))
     await create_namespace(store, "nobody/none")
     assert await in_thread(client_outcome, url, "subscribe", MISSING[0]) == "ok"
     assert await in_thread(client_outcome, url, "produce", MISSING[0]) == "ok"

@@ -12,6 +12,7 @@ from stripemq.broker import service as service_module
 from stripemq.broker.names import UnsupportedTopicError
 from stripemq.broker.namespaces import (
     NamespaceNotFoundError,
+    TenantInfo,
     check_namespace,
     create_namespace,
     create_tenant,
@@ -103,7 +104,7 @@ async def test_lookups_in_namespaces_that_exist_take_the_bundle(store: MetadataS
     default = TopicName.parse("orders")
     assert await service.lookup(default, True) == ME.service_url
     assert bundle_of(default) in service.ownership.owned
-    await create_tenant(store, "acme", ["standalone"])
+    await create_tenant(store, "acme", TenantInfo(allowed_clusters=("standalone",)))
     await create_namespace(store, "acme/billing")
     billing = TopicName.parse("acme/billing/invoices")
     assert await service.lookup(billing, False) == ME.service_url
@@ -113,12 +114,12 @@ async def test_lookups_in_namespaces_that_exist_take_the_bundle(store: MetadataS
 async def test_namespaces_are_made_in_existing_tenants_only(store: MetadataStore) -> None:
     with pytest.raises(NamespaceNotFoundError):
         await create_namespace(store, "nobody/ns")
-    await create_tenant(store, "acme", ["standalone"])
+    await create_tenant(store, "acme", TenantInfo(allowed_clusters=("standalone",)))
     await create_namespace(store, "acme/ns")
     with pytest.raises(NodeExistsError):
         await create_namespace(store, "acme/ns")
     with pytest.raises(NodeExistsError):
-        await create_tenant(store, "acme", [])
+        await create_tenant(store, "acme", TenantInfo())
 
 
 async def test_requests_that_come_while_the_broker_starts_wait_for_the_defaults(

@@ -61,3 +61,12 @@ def test_an_empty_chain_and_ordering() -> None:
 def test_ledger_info_round_trips_through_json() -> None:
     info = LedgerInfo(12, 40, 4096, created_ms=5, closed=True, closed_ms=9)
     assert LedgerInfo.from_json(info.to_json()) == info
+
+
+def test_size_after_counts_later_ledgers_whole_and_its_own_pro_rata() -> None:
+    chain = LedgerChain([LedgerInfo(1, entries=4, size=400), LedgerInfo(2, entries=2, size=50)])
+    assert chain.size_after(Position(1, -1)) == 450
+    assert chain.size_after(Position(1, 1)) == 200 + 50
+    assert chain.size_after(Position(1, 3)) == 50
+    assert chain.size_after(Position(2, 1)) == 0
+    assert chain.size_after(Position(3, -1)) == 0
