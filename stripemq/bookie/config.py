@@ -57,7 +57,9 @@ class BookieConfig:
     )
     stats_http_port: int = setting(
         8000,
-        "Port of the Prometheus /metrics endpoint (0 picks a free port).",
+        "Port of the bookie's HTTP endpoint: Prometheus /metrics and the probes /heartbeat "
+        "and /api/v1/bookie/is_ready (0 picks a free port). A standalone opens it only when "
+        "set: otherwise they are on its web port.",
         pulsar_name="prometheusStatsHttpPort",
     )
 

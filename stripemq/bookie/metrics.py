@@ -1,117 +1,267 @@
-"""Bookie metrics in Prometheus text format, served on ``stats_http_port`` at ``/metrics``.
+"""Bookie metrics with BookKeeper's names, and BookKeeper's HTTP probes.
 
-Counters kept by the request handlers live here; figures the storage engine already keeps
-(fsyncs, memtable size, read-only state) are read from it at scrape time.
+Served on ``stats_http_port`` (``/metrics``, ``/heartbeat``, ``/api/v1/bookie/is_ready``,
+``/api/v1/bookie/state``) by a bookie process; a standalone serves the same on its broker's
+web port instead (``BookieMetrics`` is a Prometheus collector with ``add_routes``).
+
+Names follow BookKeeper's Prometheus provider where BookKeeper has the figure:
+
+- ``bookie_SERVER_STATUS`` (1 writable, 0 read-only), ``bookie_ledgers_count``,
+  ``bookie_write_cache_size``, ``bookie_ledger_writable_dirs``, the garbage collector's
+  ``bookie_DELETED_LEDGER_TOTAL``, ``bookie_ACTIVE_ENTRY_LOG_TOTAL`` and
+  ``bookie_ACTIVE_ENTRY_LOG_SPACE_BYTES``, and the byte counters ``bookie_WRITE_BYTES`` and
+  ``bookie_READ_BYTES``, all written as gauges so the sample carries BookKeeper's exact
+  name (BookKeeper's counters have no ``_total``);
+- operation latencies as BookKeeper's OpStatsLogger writes them: summaries in
+  milliseconds with a ``success`` label, quantiles over the latest operations, ``_count``
+  and ``_sum``: ``bookkeeper_server_ADD_ENTRY_REQUEST`` (an add request from its arrival on
+  the stream to its answer, waiting for a slot included) and ``bookkeeper_server_ADD_ENTRY``
+  (the bookie's processing, to the entry durable); ``bookkeeper_server_READ_ENTRY`` and
+  ``..._REQUEST`` (a read); ``bookkeeper_server_READ_ENTRY_LONG_POLL_REQUEST`` (a read that
+  may wait for the entry to be added: BookKeeper keeps those apart, since their latency is
+  mostly waiting); ``bookie_journal_JOURNAL_SYNC`` (one journal fsync).
+
+Figures BookKeeper has no name for keep stripemq's, under ``bookie_``: checkpoints, the
+garbage collector's reclaimed bytes and entry logs, live entry-log bytes, and request
+errors by operation and BookKeeper code.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from stripemq.bookie.storage.engine import BookieStorage
 
 log = logging.getLogger(__name__)
 
-_LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+# BookKeeper's OpStatsLogger quantiles.
+QUANTILES = (0.5, 0.75, 0.95, 0.99, 0.999, 0.9999, 1.0)
+# Latencies kept per outcome for the quantiles (the latest ones).
+QUANTILE_WINDOW = 1024
 
 
-class _StorageCollector(Collector):
-    """Reads the storage engine's own counters when Prometheus scrapes."""
+class OpStats:
+    """BookKeeper's OpStatsLogger: latencies of successful and failed operations.
 
-    def __init__(self, storage: BookieStorage) -> None:
+    Thread-safe (the journal records its syncs from its own thread). Quantiles are over the
+    latest ``QUANTILE_WINDOW`` operations of each outcome; ``_count`` and ``_sum`` over all.
+    """
+
+    def __init__(self, name: str, help: str) -> None:
+        self.name = name
+        self.help = help
+        self._lock = threading.Lock()
+        self._count = {True: 0, False: 0}
+        self._sum_ms = {True: 0.0, False: 0.0}
+        self._recent: dict[bool, deque[float]] = {
+            True: deque(maxlen=QUANTILE_WINDOW),
+            False: deque(maxlen=QUANTILE_WINDOW),
+        }
+
+    def record(self, seconds: float, success: bool = True) -> None:
+        millis = seconds * 1000
+        with self._lock:
+            self._count[success] += 1
+            self._sum_ms[success] += millis
+            self._recent[success].append(millis)
+
+    def count(self, success: bool = True) -> int:
+        with self._lock:
+            return self._count[success]
+
+    def family(self) -> Metric:
+        """The summary, as BookKeeper writes it (``NaN`` quantiles before any operation)."""
+        family = Metric(self.name, self.help, "summary")
+        with self._lock:
+            figures = [
+                (ok, self._count[ok], self._sum_ms[ok], sorted(self._recent[ok]))
+                for ok in (False, True)
+            ]
+        for ok, count, total, recent in figures:
+            labels = {"success": "true" if ok else "false"}
+            for q in QUANTILES:
+                value = recent[min(int(q * len(recent)), len(recent) - 1)] if recent else math.nan
+                family.add_sample(self.name, {**labels, "quantile": str(q)}, value)
+            family.add_sample(f"{self.name}_count", labels, count)
+            family.add_sample(f"{self.name}_sum", labels, total)
+        return family
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One metric read from the bookie at scrape time: name, help, type, reader."""
+
+    name: str
+    help: str
+    read: Callable[[BookieMetrics], float]
+    type: str = "gauge"  # "counter": a stripemq counter, written with ``_total``
+
+
+class BookieMetrics(Collector):
+    """The bookie's metrics (a Prometheus collector) and its HTTP resources."""
+
+    def __init__(self, storage: BookieStorage, *, enabled: bool = True) -> None:
+        """``enabled`` false (``enable_statistics``): ``/metrics`` shows nothing of it."""
         self.storage = storage
-
-    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
-        storage = self.storage
-        yield CounterMetricFamily(
-            "bookie_journal_fsyncs",
-            "Journal group commits (fdatasync calls)",
-            value=storage.journal.fsync_count,
+        self.enabled = enabled
+        self.add_entry_request = OpStats(
+            "bookkeeper_server_ADD_ENTRY_REQUEST",
+            "ADD_ENTRY requests, from arrival to answer (ms)",
         )
-        yield CounterMetricFamily(
-            "bookie_entries_added", "Entries made durable", value=storage.entries_added
+        self.add_entry = OpStats(
+            "bookkeeper_server_ADD_ENTRY", "ADD_ENTRY processing, to the entry durable (ms)"
         )
-        yield CounterMetricFamily(
-            "bookie_checkpoints", "Memtable flushes with a LastLogMark", value=storage.checkpoints
+        self.read_entry_request = OpStats(
+            "bookkeeper_server_READ_ENTRY_REQUEST",
+            "READ_ENTRY requests, from arrival to answer (ms)",
         )
-        yield GaugeMetricFamily(
-            "bookie_memtable_bytes", "Bytes in the memtable", value=storage.memtable.size_bytes
+        self.read_entry = OpStats("bookkeeper_server_READ_ENTRY", "READ_ENTRY processing (ms)")
+        self.read_entry_long_poll_request = OpStats(
+            "bookkeeper_server_READ_ENTRY_LONG_POLL_REQUEST",
+            "Long-poll READ_ENTRY requests, from arrival to answer, waiting included (ms)",
         )
-        yield GaugeMetricFamily(
-            "bookie_read_only", "1 while the bookie refuses writes", value=int(storage.read_only)
-        )
-        yield GaugeMetricFamily(
-            "bookie_ledgers_cached", "Ledgers with state in memory", value=storage.ledger_count
-        )
-        gc = storage.gc_stats
-        yield CounterMetricFamily(
-            "bookie_gc_ledgers_deleted",
-            "Ledgers garbage-collected after their metadata was deleted",
-            value=gc.ledgers_deleted,
-        )
-        yield CounterMetricFamily(
-            "bookie_gc_entry_logs_compacted",
-            "Entry logs removed by compaction after their live entries were moved",
-            value=gc.entry_logs_compacted,
-        )
-        yield CounterMetricFamily(
-            "bookie_gc_entry_logs_deleted",
-            "Entry logs removed without copying because nothing in them was live",
-            value=gc.entry_logs_deleted,
-        )
-        yield CounterMetricFamily(
-            "bookie_gc_reclaimed_bytes",
-            "Entry-log bytes freed by garbage collection and compaction",
-            value=gc.bytes_reclaimed,
-        )
-        logs, total_bytes, live_bytes = storage.entry_log.usage()
-        yield GaugeMetricFamily("bookie_entry_logs", "Entry log files", value=logs)
-        yield GaugeMetricFamily(
-            "bookie_entry_log_bytes", "Record bytes in all entry logs", value=total_bytes
-        )
-        yield GaugeMetricFamily(
-            "bookie_entry_log_live_bytes",
-            "Record bytes of ledgers that still exist, in all entry logs",
-            value=live_bytes,
-        )
-
-
-class BookieMetrics:
-    """The bookie's metric registry and its HTTP endpoint."""
-
-    def __init__(self, storage: BookieStorage) -> None:
+        self.journal_sync = OpStats("bookie_journal_JOURNAL_SYNC", "Journal fsyncs (ms)")
+        self.write_bytes = 0
+        self.read_bytes = 0
+        # Counters kept by the request handlers that need labels.
         self.registry = CollectorRegistry(auto_describe=True)
-        self.registry.register(_StorageCollector(storage))
-        self.add_latency = Histogram(
-            "bookie_add_latency_seconds",
-            "From an add request's arrival to its durable answer",
-            buckets=_LATENCY_BUCKETS,
-            registry=self.registry,
-        )
         self.request_errors = Counter(
             "bookie_request_errors",
             "Requests answered with an error, by operation and BookKeeper code",
             ["operation", "code"],
             registry=self.registry,
         )
-        self.reads = Counter("bookie_reads", "Entries read", registry=self.registry)
+        # Set by the bookie server: for /api/v1/bookie/is_ready and /state.
+        self.running = False
+        self.shutting_down = False
+        self._time_journal_syncs()
         self._runner: web.AppRunner | None = None
         self.port = 0
 
+    def _time_journal_syncs(self) -> None:
+        """Wrap the journal's sync function (a plain attribute, there to be swapped) to
+        record each fsync's latency and outcome."""
+        journal = self.storage.journal
+        sync = journal.sync_file
+
+        def timed_sync(fd: int) -> None:
+            started = time.perf_counter()
+            ok = False
+            try:
+                sync(fd)
+                ok = True
+            finally:
+                self.journal_sync.record(time.perf_counter() - started, ok)
+
+        journal.sync_file = timed_sync
+
+    # ------------------------------------------------------------------ recording
+
+    def added(self, seconds: float, size: int | None) -> None:
+        """An add processed in ``seconds``: stored (``size`` bytes) or refused (None)."""
+        self.add_entry.record(seconds, size is not None)
+        if size is not None:
+            self.write_bytes += size
+
+    def add_answered(self, seconds: float, ok: bool) -> None:
+        """An add request answered ``seconds`` after it arrived."""
+        self.add_entry_request.record(seconds, ok)
+
+    def read(self, seconds: float, size: int | None, *, long_poll: bool = False) -> None:
+        """A read answered after ``seconds``: ``size`` bytes, or failed (None). A long-poll
+        read (one that may wait for its entry) counts under its own name only."""
+        ok = size is not None
+        if long_poll:
+            self.read_entry_long_poll_request.record(seconds, ok)
+        else:
+            self.read_entry_request.record(seconds, ok)
+            self.read_entry.record(seconds, ok)
+        if size is not None:
+            self.read_bytes += size
+
+    # ------------------------------------------------------------------ exposition
+
+    def collect(self) -> Iterator[Metric]:
+        if not self.enabled:
+            return
+        for figure in FIGURES:
+            value = figure.read(self)
+            if figure.type == "counter":
+                yield CounterMetricFamily(figure.name, figure.help, value=value)
+            else:
+                family = Metric(figure.name, figure.help, "gauge")
+                family.add_sample(figure.name, {}, value)
+                yield family
+        for op in (
+            self.add_entry_request,
+            self.add_entry,
+            self.read_entry_request,
+            self.read_entry,
+            self.read_entry_long_poll_request,
+            self.journal_sync,
+        ):
+            yield op.family()
+        yield from self.registry.collect()
+
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        return generate_latest(self)
+
+    def state(self) -> dict[str, bool]:
+        """BookKeeper's ``/api/v1/bookie/state``."""
+        return {
+            "running": self.running,
+            "readOnly": self.storage.read_only,
+            "shuttingDown": self.shutting_down,
+            "availableForHighPriorityWrites": self.running and not self.shutting_down,
+        }
+
+    @property
+    def ready(self) -> bool:
+        """Started and not stopping (BookKeeper's ``is_ready``; a read-only bookie is
+        ready: it serves reads, and ``bookie_SERVER_STATUS`` says it takes no writes)."""
+        return self.running and not self.shutting_down
+
+    # ------------------------------------------------------------------ HTTP
+
+    def add_routes(self, router: web.UrlDispatcher) -> None:
+        """BookKeeper's probes: ``/heartbeat`` and ``/api/v1/bookie/is_ready``, and
+        ``/api/v1/bookie/state``."""
+        router.add_get("/heartbeat", self._heartbeat)
+        router.add_get("/api/v1/bookie/is_ready", self._is_ready)
+        router.add_get("/api/v1/bookie/state", self._state)
+
+    async def _heartbeat(self, request: web.Request) -> web.Response:
+        return web.Response(text="OK\n")
+
+    async def _is_ready(self, request: web.Request) -> web.Response:
+        if self.ready:
+            return web.Response(text="OK")
+        return web.Response(status=503, text="Bookie is not fully started yet")
+
+    async def _state(self, request: web.Request) -> web.Response:
+        return web.json_response(self.state())
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        body = await asyncio.to_thread(self.render)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def serve(self, host: str, port: int) -> int:
-        """Start ``/metrics``; returns the bound port (``port`` 0 picks a free one)."""
+        """Serve ``/metrics`` and the probes; returns the bound port (0 picks one)."""
         app = web.Application()
-        app.router.add_get("/metrics", self._handle)
+        app.router.add_get("/metrics", self._metrics)
+        self.add_routes(app.router)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
@@ -124,7 +274,71 @@ class BookieMetrics:
     async def close(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+            self._runner = None
 
-    async def _handle(self, request: web.Request) -> web.Response:
-        body = await asyncio.to_thread(self.render)
-        return web.Response(body=body, content_type="text/plain", charset="utf-8")
+
+def _entry_logs(metrics: BookieMetrics) -> tuple[int, int, int]:
+    return metrics.storage.entry_log.usage()
+
+
+# Read from storage and the metrics' own counters at each scrape.
+FIGURES: tuple[Figure, ...] = (
+    Figure(
+        "bookie_SERVER_STATUS",
+        "1 while the bookie is writable, 0 while it is read-only",
+        lambda m: 0 if m.storage.read_only else 1,
+    ),
+    Figure(
+        "bookie_ledger_writable_dirs",
+        "Ledger directories taking writes",
+        lambda m: 0 if m.storage.read_only else 1,
+    ),
+    Figure("bookie_ledgers_count", "Ledgers stored", lambda m: len(m.storage.index.ledger_ids())),
+    Figure(
+        "bookie_write_cache_size",
+        "Bytes in the write cache (memtable)",
+        lambda m: m.storage.memtable.size_bytes,
+    ),
+    Figure("bookie_WRITE_BYTES", "Entry bytes added", lambda m: m.write_bytes),
+    Figure("bookie_READ_BYTES", "Entry bytes read", lambda m: m.read_bytes),
+    Figure(
+        "bookie_DELETED_LEDGER_TOTAL",
+        "Ledgers garbage-collected after their metadata was deleted",
+        lambda m: m.storage.gc_stats.ledgers_deleted,
+    ),
+    Figure("bookie_ACTIVE_ENTRY_LOG_TOTAL", "Entry log files", lambda m: _entry_logs(m)[0]),
+    Figure(
+        "bookie_ACTIVE_ENTRY_LOG_SPACE_BYTES",
+        "Record bytes in all entry logs",
+        lambda m: _entry_logs(m)[1],
+    ),
+    Figure(
+        "bookie_entry_log_live_bytes",
+        "Record bytes of ledgers that still exist, in all entry logs",
+        lambda m: _entry_logs(m)[2],
+    ),
+    Figure(
+        "bookie_checkpoints",
+        "Memtable flushes with a LastLogMark",
+        lambda m: m.storage.checkpoints,
+        "counter",
+    ),
+    Figure(
+        "bookie_gc_entry_logs_compacted",
+        "Entry logs removed by compaction after their live entries were moved",
+        lambda m: m.storage.gc_stats.entry_logs_compacted,
+        "counter",
+    ),
+    Figure(
+        "bookie_gc_entry_logs_deleted",
+        "Entry logs removed without copying because nothing in them was live",
+        lambda m: m.storage.gc_stats.entry_logs_deleted,
+        "counter",
+    ),
+    Figure(
+        "bookie_gc_reclaimed_bytes",
+        "Entry-log bytes freed by garbage collection and compaction",
+        lambda m: m.storage.gc_stats.bytes_reclaimed,
+        "counter",
+    ),
+)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
@@ -65,14 +66,19 @@ class BookieService(pb_grpc.BookieServicer):
         permits = asyncio.Semaphore(MAX_INFLIGHT_REQUESTS_PER_STREAM)
         tasks: set[asyncio.Task[None]] = set()
 
-        async def handle(request: pb.AddRequest) -> None:
-            await responses.put(await self._add(request))
+        async def handle(request: pb.AddRequest, arrived: float) -> None:
+            response = await self._add(request)
+            took = time.perf_counter() - arrived
+            for result in response.results:
+                self.metrics.add_answered(took, result.code == 0)
+            await responses.put(response)
 
         async def read_requests() -> None:
             try:
                 async for request in request_iterator:
+                    arrived = time.perf_counter()
                     await permits.acquire()
-                    task = asyncio.create_task(handle(request))
+                    task = asyncio.create_task(handle(request, arrived))
                     tasks.add(task)
                     task.add_done_callback(tasks.discard)
                 if tasks:
@@ -92,16 +98,19 @@ class BookieService(pb_grpc.BookieServicer):
 
     async def _add(self, request: pb.AddRequest) -> pb.AddResponse:
         ops = [AddOp(op.entry, op.master_key, op.recovery_add) for op in request.ops]
-        with self.metrics.add_latency.time():
-            try:
-                results = await self.storage.add_entries(ops)
-            except Exception as exc:  # never let one request kill the stream
-                log.exception("unexpected failure adding %d entries", len(ops))
-                error = BookieError(f"internal error: {exc}")
-                results = [error] * len(ops)
+        started = time.perf_counter()
+        try:
+            results = await self.storage.add_entries(ops)
+        except Exception as exc:  # never let one request kill the stream
+            log.exception("unexpected failure adding %d entries", len(ops))
+            error = BookieError(f"internal error: {exc}")
+            results = [error] * len(ops)
+        took = time.perf_counter() - started
         response = pb.AddResponse()
         for op, result in zip(request.ops, results, strict=True):
             out = response.results.add(request_id=op.request_id)
+            stored = isinstance(result, EntryHeader)
+            self.metrics.added(took, len(op.entry) if stored else None)
             if isinstance(result, EntryHeader):
                 out.ledger_id, out.entry_id = result.ledger_id, result.entry_id
             else:
@@ -121,8 +130,14 @@ class BookieService(pb_grpc.BookieServicer):
             )
             return pb.ReadResponse(entry=entry, lac=state.lac, fenced=state.fenced)
 
-        response = await self._answer(context, "read", read())
-        self.metrics.reads.inc()
+        started = time.perf_counter()
+        size: int | None = None
+        try:
+            response = await self._answer(context, "read", read())
+            size = len(response.entry)
+        finally:
+            long_poll = request.long_poll_timeout_ms > 0
+            self.metrics.read(time.perf_counter() - started, size, long_poll=long_poll)
         return response
 
     async def ReadLac(
@@ -186,10 +201,15 @@ class BookieService(pb_grpc.BookieServicer):
 class BookieServer:
     """One bookie: storage, the gRPC server, registration, the disk monitor and GC."""
 
-    def __init__(self, config: BookieConfig, store: MetadataStore | None = None) -> None:
+    def __init__(
+        self, config: BookieConfig, store: MetadataStore | None = None, *, serve_http: bool = True
+    ) -> None:
+        """``serve_http`` false: no HTTP port of its own (metrics and probes are served by
+        whoever embeds it, as the standalone does on its web port)."""
         self.config = config
         self.storage = BookieStorage(config)
-        self.metrics = BookieMetrics(self.storage)
+        self.metrics = BookieMetrics(self.storage, enabled=config.enable_statistics)
+        self.serve_http = serve_http
         self._shared_store = store
         self._server: grpc.aio.Server | None = None
         self.registration: BookieRegistration | None = None
@@ -228,7 +248,7 @@ class BookieServer:
         self.config.bookie_port = port
         await server.start()
         self._server = server
-        if self.config.enable_statistics:
+        if self.config.enable_statistics and self.serve_http:
             port = await self.metrics.serve(self.config.bookie_host, self.config.stats_http_port)
             log.info("bookie metrics on http://%s:%d/metrics", self.config.bookie_host, port)
         usage = await asyncio.to_thread(fullest_disk, self._disk_paths())
@@ -248,6 +268,7 @@ class BookieServer:
                 AutoRecoveryConfig.for_bookie(self.config),
             )
             await self.autorecovery.start()
+        self.metrics.running = True
         log.info(
             "bookie %s serving (journal %s, ledgers %s)%s",
             self.bookie_id,
@@ -258,6 +279,7 @@ class BookieServer:
 
     async def stop(self, grace: float = 5.0) -> None:
         """Clean shutdown: unregister, finish in-flight calls, checkpoint, close."""
+        self.metrics.shutting_down = True
         await self._stop_services(grace)
         await self.storage.stop()
         await self.metrics.close()

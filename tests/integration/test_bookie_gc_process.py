@@ -105,7 +105,7 @@ async def test_bookie_drops_deleted_ledgers_and_keeps_the_rest(
             return await metric(bookie, "bookie_gc_reclaimed_bytes_total") > 0
 
         await wait_until(space_reclaimed)
-        assert await metric(bookie, "bookie_gc_ledgers_deleted_total") == len(deleted)
+        assert await metric(bookie, "bookie_DELETED_LEDGER_TOTAL") == len(deleted)
         logs_removed = await metric(bookie, "bookie_gc_entry_logs_compacted_total")
         logs_removed += await metric(bookie, "bookie_gc_entry_logs_deleted_total")
         assert logs_removed >= 1

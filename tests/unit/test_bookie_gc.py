@@ -777,7 +777,7 @@ async def test_collector_with_ledger_manager_on_a_metadata_store(storage: Bookie
         await assert_gone(storage, ids[0])
         await assert_readable(storage, {ids[1]: written[ids[1]], ids[3]: written[ids[3]]})
         text = BookieMetrics(storage).render().decode()
-        assert "bookie_gc_ledgers_deleted_total 2.0" in text
+        assert "bookie_DELETED_LEDGER_TOTAL 2.0" in text
         assert "bookie_entry_log_live_bytes" in text
     finally:
         await store.close()
