@@ -260,6 +260,12 @@ class ManagedLedgerNotFoundError(ManagedLedgerError):
     server_error = pb.TopicNotFound
 
 
+class ManagedLedgerTerminatedError(ManagedLedgerError):
+    """The topic was terminated: it takes no more entries (Pulsar's TopicTerminated)."""
+
+    server_error = pb.TopicTerminatedError
+
+
 class CursorNotFoundError(ManagedLedgerError):
     """No cursor (subscription) by that name."""
 

@@ -4,6 +4,10 @@ process, everything under one data directory.
 The standalone's own settings (``StandaloneConfig``) are its command-line options; the
 settings file, ``STRIPEMQ_*`` variables and ``-c`` options hold bookie and broker settings,
 each going to the role that has it (to both for the few both have).
+
+Everything HTTP is on the broker's web port: the admin API, broker and bookie metrics
+(``/metrics``) and the bookie's probes (``/heartbeat``, ``/api/v1/bookie/is_ready``). The
+bookie opens an HTTP port of its own only when ``stats_http_port`` is set.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from stripemq.bookie.config import BookieConfig
 from stripemq.bookie.server import BookieServer
 from stripemq.broker.app import BrokerApp
 from stripemq.broker.config import BrokerConfig
-from stripemq.config import load_config, read_toml, setting
+from stripemq.config import env_settings, load_config, read_toml, setting
 from stripemq.errors import ConfigError
 from stripemq.metadata import MetadataStore, create_metadata_store
 
@@ -74,6 +78,13 @@ class Standalone:
         bookie_fields = set(BookieConfig.__dataclass_fields__)
         broker_fields = set(BrokerConfig.__dataclass_fields__)
         unknown = {*from_file, *from_cli} - bookie_fields - broker_fields
+        # The bookie's own HTTP port only if asked for: by default its metrics and probes
+        # are on the web port, and a second standalone on this host starts without clashing.
+        self.bookie_http = "stats_http_port" in {
+            *from_file,
+            *from_cli,
+            *env_settings(["stats_http_port"]),
+        }
         if unknown:
             raise ConfigError(f"unknown settings: {', '.join(sorted(unknown))}")
         self.bookie_config = load_config(
@@ -122,9 +133,13 @@ class Standalone:
         self.store = create_metadata_store(self.metadata_url)
         await self.store.start()
         try:
-            self.bookie = BookieServer(self.bookie_config, store=self.store)
+            self.bookie = BookieServer(
+                self.bookie_config, store=self.store, serve_http=self.bookie_http
+            )
             await self.bookie.start()
-            self.broker = BrokerApp(self.broker_config, store=self.store)
+            self.broker = BrokerApp(
+                self.broker_config, store=self.store, extra_collectors=[self.bookie.metrics]
+            )
             await self.broker.start()
         except BaseException:
             await self.stop()

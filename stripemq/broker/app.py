@@ -12,6 +12,7 @@ from prometheus_client.registry import Collector
 from stripemq.bookie.client import BookKeeper
 from stripemq.broker.admin.rest import AdminContext
 from stripemq.broker.config import BrokerConfig
+from stripemq.broker.policies import BacklogQuota, BacklogQuotaPolicy, DispatchRate, PublishRate
 from stripemq.broker.server import BrokerServer
 from stripemq.broker.service import BrokerService, TopicPolicies
 from stripemq.broker.web import WebService
@@ -19,6 +20,42 @@ from stripemq.errors import StripeMQError
 from stripemq.metadata import MetadataStore, SessionEvent, create_metadata_store
 
 log = logging.getLogger(__name__)
+
+
+def topic_policies(config: BrokerConfig) -> TopicPolicies:
+    """How the broker treats topics, from its settings: what namespace policies override,
+    and the intervals of their periodic checks."""
+    return TopicPolicies(
+        deduplication=config.broker_deduplication_enabled,
+        auto_create=config.allow_auto_topic_creation,
+        auto_create_partitioned=config.allow_auto_topic_creation_type == "partitioned",
+        default_partitions=config.default_num_partitions,
+        delayed_delivery=config.delayed_delivery_config(),
+        message_ttl_s=config.ttl_duration_default_in_seconds,
+        backlog_quota=BacklogQuota(
+            config.backlog_quota_default_limit_bytes,
+            config.backlog_quota_default_limit_second,
+            BacklogQuotaPolicy(config.backlog_quota_default_retention_policy),
+        ),
+        publish_rate=PublishRate(
+            config.max_publish_rate_per_topic_in_messages,
+            config.max_publish_rate_per_topic_in_bytes,
+        ),
+        dispatch_rate=DispatchRate(
+            config.dispatch_throttling_rate_per_topic_in_msg,
+            config.dispatch_throttling_rate_per_topic_in_byte,
+        ),
+        subscription_dispatch_rate=DispatchRate(
+            config.dispatch_throttling_rate_per_subscription_in_msg,
+            config.dispatch_throttling_rate_per_subscription_in_byte,
+        ),
+        message_expiry_check_interval_s=config.message_expiry_check_interval_in_minutes * 60,
+        backlog_quota_check_interval_s=(
+            config.backlog_quota_check_interval_in_seconds
+            if config.backlog_quota_check_enabled
+            else 0.0
+        ),
+    )
 
 
 class BrokerApp:
@@ -49,7 +86,9 @@ class BrokerApp:
         self._stopping = False
 
     def _admin_context(self, web_url: str) -> AdminContext:
-        return AdminContext(self.config, web_url, self._serving, lambda: self.store)
+        return AdminContext(
+            self.config, web_url, self._serving, lambda: self.store, get_server=lambda: self.server
+        )
 
     def _serving(self) -> BrokerService | None:
         """The topic service while the broker serves (None while it starts or restarts)."""
@@ -82,15 +121,7 @@ class BrokerApp:
                 advertised_host=self.config.advertised_address,
                 ml_config=self.config.managed_ledger_config(),
                 max_message_size=self.config.max_message_size,
-                policies=TopicPolicies(
-                    deduplication=self.config.broker_deduplication_enabled,
-                    auto_create=self.config.allow_auto_topic_creation,
-                    auto_create_partitioned=(
-                        self.config.allow_auto_topic_creation_type == "partitioned"
-                    ),
-                    default_partitions=self.config.default_num_partitions,
-                    delayed_delivery=self.config.delayed_delivery_config(),
-                ),
+                policies=topic_policies(self.config),
                 keepalive_s=self.config.keep_alive_interval_seconds,
                 max_pending_publishes=self.config.max_pending_publish_requests_per_connection,
                 web_url=self.web.web_url,

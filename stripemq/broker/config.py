@@ -6,12 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stripemq.broker.delayed_delivery import DEFAULT_TICK_MS
+from stripemq.broker.policies import BacklogQuotaPolicy
 from stripemq.config import setting
 from stripemq.errors import ConfigError
 from stripemq.managed_ledger.config import ManagedLedgerConfig
 from stripemq.managed_ledger.cursor.config import CursorConfig
 
 MiB = 1024 * 1024
+# Pulsar's backlog quota retention policies, as the setting names them.
+BACKLOG_QUOTA_POLICIES = tuple(policy.value for policy in BacklogQuotaPolicy)
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,12 @@ class BrokerConfig:
         "Partitions of an auto-created partitioned topic.",
         pulsar_name="defaultNumPartitions",
     )
+    expose_topic_level_metrics_in_prometheus: bool = setting(
+        True,
+        "/metrics shows each topic and subscription (labels topic, subscription); false "
+        "aggregates per namespace instead (fewer series on brokers with many topics).",
+        pulsar_name="exposeTopicLevelMetricsInPrometheus",
+    )
     keep_alive_interval_seconds: float = setting(
         30.0,
         "A quiet client is PINGed this often, and dropped after twice as long in silence.",
@@ -180,6 +189,80 @@ class BrokerConfig:
         pulsar_name="defaultRetentionSizeInMB",
     )
 
+    # Namespace policies: the broker's defaults, and how often they are checked.
+    ttl_duration_default_in_seconds: int = setting(
+        0,
+        "Message TTL of namespaces that set none: unacknowledged messages older than this "
+        "are expired (0: never).",
+        pulsar_name="ttlDurationDefaultInSeconds",
+    )
+    message_expiry_check_interval_in_minutes: float = setting(
+        5,
+        "How often subscriptions are moved past messages older than their TTL.",
+        pulsar_name="messageExpiryCheckIntervalInMinutes",
+    )
+    backlog_quota_check_enabled: bool = setting(
+        True,
+        "Check backlog quotas periodically (producers are refused at creation either way).",
+        pulsar_name="backlogQuotaCheckEnabled",
+    )
+    backlog_quota_check_interval_in_seconds: float = setting(
+        60,
+        "How often topics are checked against their backlog quotas (disconnecting producers "
+        "or evicting backlog as the quota's policy says).",
+        pulsar_name="backlogQuotaCheckIntervalInSeconds",
+    )
+    backlog_quota_default_limit_bytes: int = setting(
+        -1,
+        "Backlog quota by size of namespaces that set none, in bytes (-1: none).",
+        pulsar_name="backlogQuotaDefaultLimitBytes",
+    )
+    backlog_quota_default_limit_second: int = setting(
+        -1,
+        "Backlog quota by age of the oldest unacknowledged message, of namespaces that set "
+        "none, in seconds (-1: none).",
+        pulsar_name="backlogQuotaDefaultLimitSecond",
+    )
+    backlog_quota_default_retention_policy: str = setting(
+        "producer_request_hold",
+        "What the default backlog quota does when exceeded: producer_request_hold, "
+        "producer_exception or consumer_backlog_eviction.",
+        pulsar_name="backlogQuotaDefaultRetentionPolicy",
+    )
+    max_publish_rate_per_topic_in_messages: int = setting(
+        0,
+        "Messages per second a topic accepts when its namespace sets no publish rate "
+        "(0: unlimited); past it, producers' connections are not read for a while.",
+        pulsar_name="maxPublishRatePerTopicInMessages",
+    )
+    max_publish_rate_per_topic_in_bytes: int = setting(
+        0,
+        "... and bytes per second (0: unlimited).",
+        pulsar_name="maxPublishRatePerTopicInBytes",
+    )
+    dispatch_throttling_rate_per_topic_in_msg: int = setting(
+        0,
+        "Messages per second a topic dispatches to all its subscriptions together when its "
+        "namespace sets no dispatch rate (0: unlimited).",
+        pulsar_name="dispatchThrottlingRatePerTopicInMsg",
+    )
+    dispatch_throttling_rate_per_topic_in_byte: int = setting(
+        0,
+        "... and bytes per second (0: unlimited).",
+        pulsar_name="dispatchThrottlingRatePerTopicInByte",
+    )
+    dispatch_throttling_rate_per_subscription_in_msg: int = setting(
+        0,
+        "Messages per second each subscription is dispatched when its namespace sets no "
+        "subscription dispatch rate (0: unlimited).",
+        pulsar_name="dispatchThrottlingRatePerSubscriptionInMsg",
+    )
+    dispatch_throttling_rate_per_subscription_in_byte: int = setting(
+        0,
+        "... and bytes per second (0: unlimited).",
+        pulsar_name="dispatchThrottlingRatePerSubscriptionInByte",
+    )
+
     # Cursors.
     managed_ledger_default_mark_delete_rate_limit: float = setting(
         1.0,
@@ -217,7 +300,31 @@ class BrokerConfig:
             raise ConfigError("managed_ledger_default_mark_delete_rate_limit must be > 0")
         if self.delayed_delivery_tick_time_millis < 0:
             raise ConfigError("delayed_delivery_tick_time_millis must be >= 0")
+        self._validate_policy_defaults()
         self.managed_ledger_config().validate()
+
+    def _validate_policy_defaults(self) -> None:
+        if self.backlog_quota_default_retention_policy not in BACKLOG_QUOTA_POLICIES:
+            raise ConfigError(
+                "backlog_quota_default_retention_policy: one of "
+                + ", ".join(BACKLOG_QUOTA_POLICIES)
+            )
+        for name in (
+            "ttl_duration_default_in_seconds",
+            "message_expiry_check_interval_in_minutes",
+            "backlog_quota_check_interval_in_seconds",
+            "max_publish_rate_per_topic_in_messages",
+            "max_publish_rate_per_topic_in_bytes",
+            "dispatch_throttling_rate_per_topic_in_msg",
+            "dispatch_throttling_rate_per_topic_in_byte",
+            "dispatch_throttling_rate_per_subscription_in_msg",
+            "dispatch_throttling_rate_per_subscription_in_byte",
+        ):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0")
+        for name in ("backlog_quota_default_limit_bytes", "backlog_quota_default_limit_second"):
+            if getattr(self, name) < -1:
+                raise ConfigError(f"{name} must be >= -1 (-1: no limit)")
 
     def delayed_delivery_config(self) -> DelayedDeliveryConfig:
         return DelayedDeliveryConfig(

@@ -26,6 +26,7 @@ from stripemq.broker import limits
 from stripemq.broker.dedup import DupStatus
 from stripemq.broker.dispatch import ConsumerSlot
 from stripemq.broker.service import BrokerService
+from stripemq.broker.stats import track_publish
 from stripemq.broker.topic import Consumer, Producer, Subscription
 from stripemq.errors import BrokerError, ManagedLedgerError, StripeMQError, server_error_of
 from stripemq.managed_ledger.position import Position
@@ -120,6 +121,11 @@ class ServerConnection:
         self.pending_publishes = 0
         self._publish_window = asyncio.Event()
         self._publish_window.set()
+        # Publish throttling: cleared while a topic published to here is over its publish
+        # rate, until its limiter allows more (Pulsar's disableCnxAutoRead).
+        self._publish_rate_ok = asyncio.Event()
+        self._publish_rate_ok.set()
+        self._throttle_timer: asyncio.TimerHandle | None = None
         self._draining: asyncio.Task[None] | None = None  # consumers wait for the socket
         # drain() returns below a quarter of the limit: dispatch resumes before the socket
         # runs dry.
@@ -172,6 +178,8 @@ class ServerConnection:
                 for frame in self.session.feed(data):
                     if not self._publish_window.is_set():
                         await self._publish_window.wait()  # stop reading till receipts go out
+                    if not self._publish_rate_ok.is_set():
+                        await self._publish_rate_ok.wait()  # a publish rate is exceeded
                     if self.writer.is_closing():
                         return
                     event = self.session.receive_frame(frame)
@@ -192,9 +200,9 @@ class ServerConnection:
         while True:
             await asyncio.sleep(self.keepalive.interval_s)
             now = loop.time()
-            if not self._publish_window.is_set():
-                # Not reading (backpressure): the client's silence is ours. Pulsar too times
-                # out only connections it reads.
+            if not self._publish_window.is_set() or not self._publish_rate_ok.is_set():
+                # Not reading (backpressure or throttling): the client's silence is ours.
+                # Pulsar too times out only connections it reads.
                 self.keepalive.heard(now)
                 continue
             liveness = self.keepalive.check(now)
@@ -337,12 +345,9 @@ class ServerConnection:
         ):
             # Created before the producer (a dead-letter topic's), so that nothing it
             # publishes is lost before a consumer first subscribes.
-            await topic.subscribe(
-                body.initial_subscription_name,
-                pb.CommandSubscribe.Exclusive,
-                InitialPosition.Earliest,
-            )
+            await topic.subscribe(body.initial_subscription_name, None, InitialPosition.Earliest)
         producer = Producer(body.producer_id, name, topic, self, body.producer_access_mode)
+        producer.stats.describe_client(self.peer, self.session.client_version, body.metadata)
         await topic.add_producer(producer)
         self.producers[body.producer_id] = producer
         self._producer_success(body, producer)
@@ -375,6 +380,8 @@ class ServerConnection:
             limits.check_send(frame.metadata)
         except BrokerError as exc:
             return self._send_error(body, server_error_of(exc), str(exc))
+        messages = limits.messages_in_send(body)  # bounded: one count for rates and stats
+        self._count_publish(producer, messages, frame.entry)
         dedup = producer.topic.dedup
         if dedup is not None:
             status = dedup.check(producer.name, body.sequence_id, body.highest_sequence_id)
@@ -393,11 +400,44 @@ class ServerConnection:
             if dedup is not None:
                 dedup.failed(producer.name, body.sequence_id)
             return self._send_error(body, server_error_of(exc), str(exc))
+        track_publish(producer, append, messages, len(frame.entry))
         self.pending_publishes += 1
         if self.pending_publishes >= self.max_pending_publishes:
             self._publish_window.clear()
         append.add_done_callback(functools.partial(self._published, producer, body))
         return None
+
+    def _count_publish(self, producer: Producer, messages: int, entry: bytes) -> None:
+        """Count a SEND of ``messages`` messages against its topic's publish rate; past it,
+        stop reading this connection until the rate allows more (what was read is still
+        stored)."""
+        limiter = producer.topic.publish_limiter
+        if limiter is None:
+            return
+        limiter.spend(messages, len(entry))
+        delay = limiter.delay()
+        if delay <= 0 or not self._publish_rate_ok.is_set():
+            return
+        self._publish_rate_ok.clear()
+        loop = asyncio.get_running_loop()
+        self._throttle_timer = loop.call_later(delay, self._end_throttling)
+
+    @property
+    def publish_throttled(self) -> bool:
+        """Whether reading is paused because a topic published to here is over its rate."""
+        return not self._publish_rate_ok.is_set()
+
+    def _end_throttling(self) -> None:
+        self._throttle_timer = None
+        self._publish_rate_ok.set()
+
+    def publish_rate_changed(self) -> None:
+        """A topic published to here has a new publish rate: stop waiting for the old
+        one's timer. The next SEND is measured against the new rate (and pauses reading
+        again if the topic is still over it)."""
+        if self._throttle_timer is not None:
+            self._throttle_timer.cancel()
+            self._end_throttling()
 
     def _published(
         self, producer: Producer, body: pb.CommandSend, append: asyncio.Future[Position]
@@ -482,6 +522,7 @@ class ServerConnection:
         slot = ConsumerSlot(body.consumer_id, body.consumer_name, body.priority_level)
         slot.writable = self._draining is None
         consumer = Consumer(slot, self, subscription)
+        consumer.stats.describe_client(self.peer, self.session.client_version, body.metadata)
         self.consumers[body.consumer_id] = consumer
         try:
             subscription.add_consumer(consumer, ranges)
@@ -593,6 +634,10 @@ class ServerConnection:
         self.session.close_consumer(consumer_id)
         self._flush()
 
+    def send_reached_end_of_topic(self, consumer_id: int) -> None:
+        """The consumer's topic is terminated and it has read everything there is."""
+        self.write(pb.CommandReachedEndOfTopic(consumer_id=consumer_id))
+
     async def _on_unsubscribe(self, body: pb.CommandUnsubscribe) -> None:
         consumer = self._consumer(body.consumer_id)
         subscription: Subscription = consumer.subscription
@@ -624,6 +669,9 @@ class ServerConnection:
     # ------------------------------------------------------------------ cleanup
 
     async def _cleanup(self) -> None:
+        if self._throttle_timer is not None:
+            self._throttle_timer.cancel()
+            self._throttle_timer = None
         # Requests still being handled first: none may add a producer or consumer after.
         tasks = list(self._tasks)
         if self._draining is not None:

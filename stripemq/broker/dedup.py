@@ -2,8 +2,9 @@
 acknowledged without being stored again, even after the broker restarts.
 
 The highest sequence id stored for each producer is kept in the properties of a cursor
-(``pulsar.dedup``) on the topic's managed ledger, moved forward every
-``SNAPSHOT_EVERY`` entries; on opening, the entries after it are read again to catch up.
+(``names.DEDUPLICATION_CURSOR``, ``pulsar.dedup``) on the topic's managed ledger, moved
+forward every ``SNAPSHOT_EVERY`` entries; on opening, the entries after it are read again to
+catch up.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import enum
 import logging
 
+from stripemq.broker.names import DEDUPLICATION_CURSOR
 from stripemq.managed_ledger.cursor.managed_cursor import ManagedCursor
 from stripemq.managed_ledger.managed_ledger import ManagedLedger
 from stripemq.managed_ledger.position import Position
@@ -19,7 +21,6 @@ from stripemq.proto.initial_position import InitialPosition
 
 log = logging.getLogger(__name__)
 
-CURSOR_NAME = "pulsar.dedup"
 SNAPSHOT_EVERY = 1000
 READ_BATCH = 500
 
@@ -42,7 +43,7 @@ class Deduplication:
 
     async def start(self) -> None:
         """Load the last snapshot and read what was stored after it."""
-        self._cursor = await self.ml.open_cursor(CURSOR_NAME, InitialPosition.Earliest)
+        self._cursor = await self.ml.open_cursor(DEDUPLICATION_CURSOR, InitialPosition.Earliest)
         self.persisted = {name: int(seq) for name, seq in self._cursor.properties.items()}
         position = self._cursor.read_position
         replayed = 0

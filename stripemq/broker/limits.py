@@ -225,6 +225,14 @@ def check_send(metadata: pb.MessageMetadata | None, limits: BrokerLimits = DEFAU
         )
 
 
+def messages_in_send(command: pb.CommandSend, limits: BrokerLimits = DEFAULT_LIMITS) -> int:
+    """The messages a SEND counts for, in stats and against a publish rate: what its client
+    says (``num_messages``), within ``1..max_batch_size`` (the most a batch entry may hold,
+    ``check_send``), so that no number a client writes can run a rate limiter into a debt
+    that pauses the topic's producers for longer than one batch's worth."""
+    return min(max(command.num_messages, 1), limits.max_batch_size)
+
+
 def check_producer(
     command: pb.CommandProducer, producers: int, limits: BrokerLimits = DEFAULT_LIMITS
 ) -> None:

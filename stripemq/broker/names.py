@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 
-from stripemq.broker.dedup import CURSOR_NAME as DEDUPLICATION_CURSOR
 from stripemq.errors import StripeMQError
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.topic_name import TopicName
@@ -33,6 +32,8 @@ __all__ = [
 ]
 
 REPLICATOR_PREFIX = "pulsar.repl"
+# The deduplication cursor's name (Pulsar's): the one name for it across the broker.
+DEDUPLICATION_CURSOR = "pulsar.dedup"
 
 
 class UnsupportedTopicError(StripeMQError):

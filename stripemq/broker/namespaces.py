@@ -16,12 +16,16 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
-from stripemq.broker.ownership import DEFAULT_BUNDLES
+from stripemq.broker.ownership import DEFAULT_BUNDLES, OWNERSHIP_ROOT
+from stripemq.broker.partitions import ROOT as PARTITIONED_TOPICS
 from stripemq.broker.policies import InvalidPolicyError, Policies
-from stripemq.errors import StripeMQError
-from stripemq.metadata import MetadataStore
+from stripemq.errors import NotEmptyError, NotFoundError, StripeMQError
+from stripemq.managed_ledger.ledger_list import child_name, managed_ledger_path
+from stripemq.metadata import ANY_VERSION, DeleteOp, MetadataStore, Op
 from stripemq.proto import pulsar_api_pb2 as pb
+from stripemq.proto.topic_name import is_valid_name
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +33,28 @@ TENANTS = "/stripemq/tenants"
 POLICIES = "/stripemq/policies"
 DEFAULT_TENANT = "public"
 DEFAULT_NAMESPACE = "public/default"
+
+
+__all__ = ["is_valid_name"]  # re-exported: the admin resources check names with it
+
+
+def encode_doc(doc: Mapping[str, Any]) -> bytes:
+    """A metadata node's JSON document, as every writer here stores it."""
+    return json.dumps(doc).encode()
+
+
+async def read_doc(store: MetadataStore, path: str) -> tuple[dict[str, Any] | None, int] | None:
+    """A node's JSON object and its version; ``None`` if the node does not exist, and
+    ``(None, version)`` if it holds something else (not JSON, or not an object)."""
+    found = await store.get(path)
+    if found is None:
+        return None
+    raw, stat = found
+    try:
+        doc = json.loads(raw) if raw else {}
+    except ValueError:
+        doc = None
+    return (doc if isinstance(doc, dict) else None), stat.version
 
 
 class NamespaceNotFoundError(StripeMQError):
@@ -70,7 +96,7 @@ async def create_tenant(store: MetadataStore, tenant: str, info: TenantInfo) -> 
     Raises:
         NodeExistsError: the tenant exists.
     """
-    await store.create(tenant_path(tenant), json.dumps(info.to_json()).encode())
+    await store.create(tenant_path(tenant), encode_doc(info.to_json()))
     log.info("created tenant %s", tenant)
 
 
@@ -79,19 +105,23 @@ async def create_namespace(
     namespace: str,
     bundles: int = DEFAULT_BUNDLES,
     clusters: tuple[str, ...] = (),
+    *,
+    policies: Policies | None = None,
 ) -> None:
-    """Create ``namespace`` (``tenant/name``) with default policies.
+    """Create ``namespace`` (``tenant/name``) with ``policies`` (default: the defaults,
+    split in ``bundles``, replicated to ``clusters``).
 
     Raises:
-        NamespaceNotFoundError: its tenant does not exist.
+        TenantNotFoundError: its tenant does not exist.
         NodeExistsError: the namespace exists.
     """
     tenant = namespace.partition("/")[0]
     if not await tenant_exists(store, tenant):
-        raise NamespaceNotFoundError(f"tenant {tenant} does not exist")
-    policies = Policies(bundles=bundles, replication_clusters=clusters)
-    await store.create(policies_path(namespace), json.dumps(policies.to_json()).encode())
-    log.info("created namespace %s", namespace)
+        raise TenantNotFoundError("Tenant does not exist")
+    if policies is None:
+        policies = Policies(bundles=bundles, replication_clusters=clusters)
+    await store.create(policies_path(namespace), encode_doc(policies.to_json()))
+    log.info("created namespace %s (%d bundles)", namespace, policies.bundles)
 
 
 def policies_path(namespace: str) -> str:
@@ -106,17 +136,13 @@ async def read_policies(store: MetadataStore, namespace: str) -> tuple[Policies,
         NamespaceNotFoundError: the namespace does not exist.
         InvalidPolicyError: the stored document is not readable.
     """
-    found = await store.get(policies_path(namespace))
+    found = await read_doc(store, policies_path(namespace))
     if found is None:
-        raise NamespaceNotFoundError(f"namespace {namespace} does not exist")
-    raw, stat = found
-    try:
-        doc = json.loads(raw) if raw else {}
-    except ValueError:
-        doc = None
-    if not isinstance(doc, dict):
+        raise NamespaceNotFoundError("Namespace does not exist")
+    doc, version = found
+    if doc is None:
         raise InvalidPolicyError(f"policies of {namespace} are not a JSON object")
-    return Policies.from_json(doc), stat.version
+    return Policies.from_json(doc), version
 
 
 async def write_policies(
@@ -128,8 +154,7 @@ async def write_policies(
         BadVersionError: they changed meanwhile (read again and retry).
         NotFoundError: the namespace was deleted meanwhile.
     """
-    data = json.dumps(policies.to_json()).encode()
-    await store.put(policies_path(namespace), data, expected_version)
+    await store.put(policies_path(namespace), encode_doc(policies.to_json()), expected_version)
 
 
 async def tenant_exists(store: MetadataStore, tenant: str) -> bool:
@@ -149,3 +174,155 @@ async def check_namespace(store: MetadataStore, namespace: str) -> None:
     if not await tenant_exists(store, tenant):
         raise NamespaceNotFoundError(f"tenant {tenant} does not exist (topic in {namespace})")
     raise NamespaceNotFoundError(f"namespace {namespace} does not exist")
+
+
+# --------------------------------------------------------------------------- administration
+# What the admin API (``stripemq.broker.admin``) does to tenants and namespaces, with
+# Pulsar's rules: a tenant goes only once it has no namespace, a namespace only once it
+# has no topic. Deletions are one ``multi`` (the emptiness of the containers is checked by
+# the store in the same transaction), so a topic made meanwhile fails the deletion whole.
+
+
+class TenantNotFoundError(NamespaceNotFoundError):
+    """The tenant does not exist (the admin API answers 404)."""
+
+
+class TenantNotEmptyError(NotEmptyError):
+    """The tenant still has namespaces (409)."""
+
+
+class NamespaceNotEmptyError(NotEmptyError):
+    """The namespace still has topics or partitioned topics (409)."""
+
+
+async def list_tenants(store: MetadataStore) -> list[str]:
+    """Every tenant, sorted."""
+    return sorted(await store.children(TENANTS))
+
+
+async def read_tenant(store: MetadataStore, tenant: str) -> tuple[TenantInfo, int]:
+    """A tenant's info and the version of its node.
+
+    Raises:
+        TenantNotFoundError: it does not exist.
+    """
+    found = await read_doc(store, tenant_path(tenant))
+    if found is None:
+        raise TenantNotFoundError("Tenant does not exist")
+    doc, version = found
+    if doc is None:
+        log.warning("tenant %s: unreadable info, read as empty", tenant)
+        doc = {}
+    return TenantInfo.from_json(doc), version
+
+
+async def update_tenant(
+    store: MetadataStore, tenant: str, info: TenantInfo, expected_version: int = ANY_VERSION
+) -> None:
+    """Replace a tenant's info (compare-and-set when ``expected_version`` is given).
+
+    Raises:
+        TenantNotFoundError: it does not exist.
+        BadVersionError: it changed since ``expected_version``.
+    """
+    if expected_version == ANY_VERSION:
+        expected_version = (await read_tenant(store, tenant))[1]
+    try:
+        await store.put(tenant_path(tenant), encode_doc(info.to_json()), expected_version)
+    except NotFoundError:
+        raise TenantNotFoundError("Tenant does not exist") from None
+    log.info("updated tenant %s", tenant)
+
+
+async def list_namespaces(store: MetadataStore, tenant: str) -> list[str]:
+    """A tenant's namespaces as ``tenant/name``, sorted.
+
+    Raises:
+        TenantNotFoundError: the tenant does not exist.
+    """
+    if not await tenant_exists(store, tenant):
+        raise TenantNotFoundError("Tenant does not exist")
+    return [f"{tenant}/{name}" for name in sorted(await store.children(f"{POLICIES}/{tenant}"))]
+
+
+async def delete_tenant(store: MetadataStore, tenant: str) -> None:
+    """Delete a tenant that has no namespace left.
+
+    Raises:
+        TenantNotFoundError: it does not exist.
+        TenantNotEmptyError: it still has namespaces (nothing is deleted).
+    """
+    if not await tenant_exists(store, tenant):
+        raise TenantNotFoundError("Tenant does not exist")
+    container = f"{POLICIES}/{tenant}"
+    if await store.children(container):
+        raise TenantNotEmptyError("The tenant still has active namespaces")
+    ops: list[Op] = [DeleteOp(container)] if await store.exists(container) is not None else []
+    ops.append(DeleteOp(tenant_path(tenant)))
+    try:
+        await store.multi(ops)
+    except NotEmptyError:  # a namespace was made meanwhile
+        raise TenantNotEmptyError("The tenant still has active namespaces") from None
+    except NotFoundError:
+        raise TenantNotFoundError("Tenant does not exist") from None
+    for leftover in (
+        managed_ledger_path(tenant),
+        f"{PARTITIONED_TOPICS}/{tenant}",
+        f"{OWNERSHIP_ROOT}/{tenant}",
+    ):
+        await _delete_if_empty(store, leftover)
+    log.info("deleted tenant %s", tenant)
+
+
+async def stored_topics(store: MetadataStore, namespace: str) -> tuple[list[str], list[str]]:
+    """The local names of a namespace's persistent topics (managed ledgers, partitions
+    included) and of its partitioned topics, as stored."""
+    tenant, _, local = namespace.partition("/")
+    ledgers = await store.children(managed_ledger_path(f"{namespace}/persistent"))
+    partitioned = await store.children(f"{PARTITIONED_TOPICS}/{tenant}/{local}/persistent")
+    return (
+        sorted(unquote(child_name(child)) for child in ledgers),
+        sorted(unquote(child) for child in partitioned),
+    )
+
+
+async def delete_namespace(store: MetadataStore, namespace: str) -> None:
+    """Delete a namespace that has no topic and no partitioned topic left (its bundles are
+    to be unloaded first: their ownership nodes are not touched here).
+
+    Raises:
+        NamespaceNotFoundError: it does not exist.
+        NamespaceNotEmptyError: it still has topics (nothing is deleted).
+    """
+    if not await namespace_exists(store, namespace):
+        raise NamespaceNotFoundError("Namespace does not exist")
+    topics, partitioned = await stored_topics(store, namespace)
+    if topics or partitioned:
+        raise NamespaceNotEmptyError("Cannot delete non empty namespace")
+    tenant, _, local = namespace.partition("/")
+    containers = [
+        managed_ledger_path(f"{namespace}/persistent"),
+        managed_ledger_path(namespace),
+        f"{PARTITIONED_TOPICS}/{tenant}/{local}/persistent",
+        f"{PARTITIONED_TOPICS}/{tenant}/{local}",
+    ]
+    ops: list[Op] = [DeleteOp(path) for path in containers if await store.exists(path) is not None]
+    ops.append(DeleteOp(policies_path(namespace)))
+    try:
+        await store.multi(ops)
+    except NotEmptyError:  # a topic was made meanwhile
+        raise NamespaceNotEmptyError("Cannot delete non empty namespace") from None
+    except NotFoundError:
+        if not await namespace_exists(store, namespace):
+            raise NamespaceNotFoundError("Namespace does not exist") from None
+        raise
+    await _delete_if_empty(store, f"{OWNERSHIP_ROOT}/{namespace}")
+    log.info("deleted namespace %s", namespace)
+
+
+async def _delete_if_empty(store: MetadataStore, path: str) -> None:
+    """Tidy a container node nobody needs any more (kept if something is under it)."""
+    try:
+        await store.delete(path)
+    except (NotFoundError, NotEmptyError):
+        pass

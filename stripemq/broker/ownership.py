@@ -41,10 +41,19 @@ class Bundle:
     def path(self) -> str:
         return f"{OWNERSHIP_ROOT}/{self.namespace}/{self.name}"
 
+    def contains(self, topic: TopicName) -> bool:
+        """Whether ``topic`` falls in this bundle (whatever the namespace's bundle count)."""
+        return topic.namespace_name == self.namespace and self.start <= _hash(topic) < self.end
+
+
+def _hash(topic: TopicName) -> int:
+    return zlib.crc32(str(topic).encode()) & 0xFFFFFFFF
+
 
 def bundle_of(topic: TopicName, bundles: int = DEFAULT_BUNDLES) -> Bundle:
-    """The bundle a topic falls in (partitions of one topic may fall in different ones)."""
-    key = zlib.crc32(str(topic).encode()) & 0xFFFFFFFF
+    """The bundle a topic falls in when its namespace is split in ``bundles`` (the
+    namespace's ``Policies.bundles``; partitions of one topic may fall in different ones)."""
+    key = _hash(topic)
     width = FULL_RANGE // bundles
     index = min(key // width, bundles - 1)
     end = FULL_RANGE if index == bundles - 1 else (index + 1) * width
@@ -79,6 +88,44 @@ class BrokerInfo:
                 "bundles": bundles,
             }
         ).encode()
+
+
+@dataclass(frozen=True)
+class Registration:
+    """A registered broker and how many bundles it owned when it last said so."""
+
+    info: BrokerInfo
+    bundles: int
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Registration | None:
+        info = BrokerInfo.decode(raw)
+        if info is None:
+            return None
+        try:
+            bundles = int(json.loads(raw).get("bundles", 0))
+        except (ValueError, TypeError, AttributeError):
+            bundles = 0
+        return cls(info, bundles)
+
+
+async def registered_brokers(store: MetadataStore) -> list[Registration]:
+    """Every broker registered now (their ephemeral nodes), unreadable nodes left out."""
+    found = []
+    for child in await store.children(BROKERS_ROOT):
+        node = await store.get(f"{BROKERS_ROOT}/{child}")
+        registration = Registration.decode(node[0]) if node is not None else None
+        if registration is not None:
+            found.append(registration)
+    return found
+
+
+async def find_broker(store: MetadataStore, service_url: str) -> BrokerInfo | None:
+    """The registration of the broker serving on ``service_url``, if it is registered."""
+    for registration in await registered_brokers(store):
+        if registration.info.service_url == service_url:
+            return registration.info
+    return None
 
 
 class Ownership:
@@ -150,16 +197,5 @@ class Ownership:
 
     async def least_loaded_broker(self) -> str:
         """The service URL of the registered broker owning the fewest bundles."""
-        best: tuple[int, str] | None = None
-        for broker_id in await self.store.children(BROKERS_ROOT):
-            found = await self.store.get(f"{BROKERS_ROOT}/{broker_id}")
-            if found is None:
-                continue
-            try:
-                doc = json.loads(found[0])
-                candidate = (int(doc.get("bundles", 0)), str(doc["service_url"]))
-            except (ValueError, KeyError, TypeError):
-                continue
-            if best is None or candidate < best:
-                best = candidate
-        return best[1] if best is not None else self.me.service_url
+        candidates = [(r.bundles, r.info.service_url) for r in await registered_brokers(self.store)]
+        return min(candidates)[1] if candidates else self.me.service_url

@@ -9,7 +9,9 @@ names (``retention_policies``, ``message_ttl_in_seconds``, ``backlog_quota_map``
 per cluster, as Pulsar keeps them; a broker applies its own cluster's.
 
 Everything here is sans-IO: parsing a request body (``*.parse``) checks types and bounds
-and raises ``InvalidPolicyError`` naming the field, before anything is stored. A policy
+and raises ``InvalidPolicyError`` naming the field, before anything is stored. A field a
+body leaves out takes the default of Pulsar's DTO (-1, "no limit", for rates and quotas;
+0 for retention; ``false`` for ``allowAutoTopicCreation``), as Jackson leaves it. A policy
 left unset (``None``) means the broker's default applies.
 """
 
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from stripemq.broker.ownership import DEFAULT_BUNDLES, FULL_RANGE
+from stripemq.broker.partitions import MAX_PARTITIONS
 from stripemq.errors import StripeMQError
 
 MAX_BUNDLES = 1024
@@ -34,8 +37,13 @@ class InvalidPolicyError(StripeMQError, ValueError):
     for a body that is not JSON at all) and stores nothing."""
 
 
-def _int(body: Mapping[str, Any], key: str, *, low: int = -1, high: int = MAX_INT) -> int:
+def _int(
+    body: Mapping[str, Any], key: str, default: int, *, low: int = -1, high: int = MAX_INT
+) -> int:
+    """``body[key]``, ``default`` when it is left out (or null, as Jackson reads it)."""
     value = body.get(key)
+    if value is None:
+        value = default
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidPolicyError(f"{key} must be an integer, not {value!r}")
     if not low <= value <= high:
@@ -75,7 +83,8 @@ class RetentionPolicies:
     def parse(cls, body: object) -> RetentionPolicies:
         obj = _object(body, "retention")
         policies = cls(
-            _int(obj, "retentionTimeInMinutes"), _int(obj, "retentionSizeInMB", high=MAX_LONG)
+            _int(obj, "retentionTimeInMinutes", 0),
+            _int(obj, "retentionSizeInMB", 0, high=MAX_LONG),
         )
         time, size = policies.retention_time_in_minutes, policies.retention_size_in_mb
         if (time == 0) != (size == 0):
@@ -128,9 +137,9 @@ class BacklogQuota:
     @classmethod
     def parse(cls, body: object) -> BacklogQuota:
         obj = _object(body, "backlog quota")
-        size = obj.get("limitSize", obj.get("limit", -1))
-        limit_size = _int({"limitSize": size}, "limitSize", high=MAX_LONG)
-        limit_time = _int({"limitTime": obj.get("limitTime", -1)}, "limitTime")
+        size = obj.get("limitSize", obj.get("limit"))
+        limit_size = _int({"limitSize": size}, "limitSize", -1, high=MAX_LONG)
+        limit_time = _int(obj, "limitTime", -1)
         raw_policy = obj.get("policy")
         try:
             policy = BacklogQuotaPolicy(raw_policy)
@@ -174,8 +183,8 @@ class PublishRate:
     def parse(cls, body: object) -> PublishRate:
         obj = _object(body, "publish rate")
         return cls(
-            _int(obj, "publishThrottlingRateInMsg"),
-            _int(obj, "publishThrottlingRateInByte", high=MAX_LONG),
+            _int(obj, "publishThrottlingRateInMsg", -1),
+            _int(obj, "publishThrottlingRateInByte", -1, high=MAX_LONG),
         )
 
     def to_json(self) -> dict[str, int]:
@@ -201,17 +210,12 @@ class DispatchRate:
     @classmethod
     def parse(cls, body: object) -> DispatchRate:
         obj = _object(body, "dispatch rate")
-        relative = obj.get("relativeToPublishRate", False)
+        relative = obj.get("relativeToPublishRate")
         return cls(
-            _int(obj, "dispatchThrottlingRateInMsg"),
-            _int(obj, "dispatchThrottlingRateInByte", high=MAX_LONG),
-            _int(
-                {"ratePeriodInSecond": obj.get("ratePeriodInSecond", 1)},
-                "ratePeriodInSecond",
-                low=1,
-                high=86_400,
-            ),
-            parse_bool(relative, "relativeToPublishRate"),
+            _int(obj, "dispatchThrottlingRateInMsg", -1),
+            _int(obj, "dispatchThrottlingRateInByte", -1, high=MAX_LONG),
+            _int(obj, "ratePeriodInSecond", 1, low=1, high=86_400),
+            parse_bool(relative if relative is not None else False, "relativeToPublishRate"),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -243,7 +247,8 @@ class AutoTopicCreationOverride:
     @classmethod
     def parse(cls, body: object) -> AutoTopicCreationOverride:
         obj = _object(body, "auto topic creation")
-        allow = parse_bool(obj.get("allowAutoTopicCreation"), "allowAutoTopicCreation")
+        raw_allow = obj.get("allowAutoTopicCreation")
+        allow = parse_bool(raw_allow if raw_allow is not None else False, "allowAutoTopicCreation")
         raw_type = obj.get("topicType", TopicType.NON_PARTITIONED.value)
         try:
             topic_type = TopicType(raw_type)
@@ -252,14 +257,12 @@ class AutoTopicCreationOverride:
                 f"topicType must be partitioned or non-partitioned, not {raw_type!r}"
             ) from None
         partitions = obj.get("defaultNumPartitions")
-        if topic_type is TopicType.PARTITIONED and allow:
-            partitions = _int(
-                {"defaultNumPartitions": partitions}, "defaultNumPartitions", low=1, high=10_000
-            )
-        elif partitions is not None:
-            partitions = _int(
-                {"defaultNumPartitions": partitions}, "defaultNumPartitions", low=1, high=10_000
-            )
+        if partitions is not None or (topic_type is TopicType.PARTITIONED and allow):
+            if partitions is None:
+                raise InvalidPolicyError(
+                    "[defaultNumPartitions] cannot be null when the type is partitioned."
+                )
+            partitions = _int(obj, "defaultNumPartitions", 1, low=1, high=MAX_PARTITIONS)
         return cls(allow, topic_type, partitions)
 
     def to_json(self) -> dict[str, Any]:
@@ -323,7 +326,9 @@ class Policies:
     def from_json(cls, doc: Mapping[str, Any]) -> Policies:
         """Read a stored document (also the first format, ``{"bundles": N}``).
 
-        Raises ``InvalidPolicyError`` for a document no admin call could have written."""
+        Raises ``InvalidPolicyError`` for a document no admin call could have written (a
+        field of the wrong type included: a map that is not an object, clusters that are
+        not a list of names)."""
         raw_bundles = doc.get("bundles", DEFAULT_BUNDLES)
         if isinstance(raw_bundles, Mapping):
             raw_bundles = raw_bundles.get("numBundles", DEFAULT_BUNDLES)
@@ -334,27 +339,41 @@ class Policies:
         auto = doc.get("autoTopicCreationOverride")
         return cls(
             bundles=bundles,
-            replication_clusters=tuple(doc.get("replication_clusters") or ()),
+            replication_clusters=_names(doc.get("replication_clusters"), "replication_clusters"),
             retention=RetentionPolicies.parse(retention) if retention is not None else None,
             message_ttl_in_seconds=parse_int(ttl, "messageTTL") if ttl is not None else None,
             backlog_quotas={
                 parse_backlog_quota_type(t): BacklogQuota.parse(q)
-                for t, q in (doc.get("backlog_quota_map") or {}).items()
+                for t, q in _map(doc, "backlog_quota_map").items()
             },
             deduplication_enabled=(
                 parse_bool(dedup, "deduplicationEnabled") if dedup is not None else None
             ),
             publish_rates={
-                c: PublishRate.parse(r) for c, r in (doc.get("publishMaxMessageRate") or {}).items()
+                c: PublishRate.parse(r) for c, r in _map(doc, "publishMaxMessageRate").items()
             },
             dispatch_rates={
-                c: DispatchRate.parse(r) for c, r in (doc.get("clusterDispatchRate") or {}).items()
+                c: DispatchRate.parse(r) for c, r in _map(doc, "clusterDispatchRate").items()
             },
             subscription_dispatch_rates={
-                c: DispatchRate.parse(r)
-                for c, r in (doc.get("subscriptionDispatchRate") or {}).items()
+                c: DispatchRate.parse(r) for c, r in _map(doc, "subscriptionDispatchRate").items()
             },
             auto_topic_creation=(
                 AutoTopicCreationOverride.parse(auto) if auto is not None else None
             ),
         )
+
+
+def _map(doc: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """A map field of a policies document (left out or null: empty)."""
+    value = doc.get(key)
+    return _object(value, key) if value is not None else {}
+
+
+def _names(value: object, key: str) -> tuple[str, ...]:
+    """A list of names (left out or null: none)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise InvalidPolicyError(f"{key} must be a list of names, not {value!r}")
+    return tuple(value)

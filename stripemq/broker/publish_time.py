@@ -39,12 +39,12 @@ def publish_time_of(entry: bytes) -> int | None:
     return None if metadata is None else metadata.publish_time
 
 
-class PublishTimeSearch:
-    """Finds the first entry published at or after ``target_ms`` among the entries of
-    ``ledgers`` (``(ledger_id, entries)`` in chain order), one probe at a time."""
+class EntrySequence:
+    """The entries of a chain's non-empty ledgers numbered as one sequence (``index`` 0 is
+    the first entry of the first ledger; a ledger's entries follow its predecessor's), so
+    that a search can bisect over them: ``position(index)`` is O(log ledgers)."""
 
-    def __init__(self, ledgers: Iterable[tuple[int, int]], target_ms: int) -> None:
-        self.target_ms = target_ms
+    def __init__(self, ledgers: Iterable[tuple[int, int]]) -> None:
         self._ledger_ids: list[int] = []
         self._starts: list[int] = []  # index of each ledger's first entry
         total = 0
@@ -54,10 +54,35 @@ class PublishTimeSearch:
                 self._starts.append(total)
                 total += entries
         self.total = total
+
+    @classmethod
+    def over(cls, chain: LedgerChain) -> EntrySequence:
+        """The entries the chain holds now."""
+        return cls((info.ledger_id, info.entries) for info in chain)
+
+    def __len__(self) -> int:
+        return self.total
+
+    def position(self, index: int) -> Position:
+        """The position of the ``index``-th entry."""
+        if not 0 <= index < self.total:
+            raise IndexError(f"entry {index} of {self.total}")
+        ledger = bisect.bisect_right(self._starts, index) - 1
+        return Position(self._ledger_ids[ledger], index - self._starts[ledger])
+
+
+class PublishTimeSearch:
+    """Finds the first entry published at or after ``target_ms`` among the entries of
+    ``ledgers`` (``(ledger_id, entries)`` in chain order), one probe at a time."""
+
+    def __init__(self, ledgers: Iterable[tuple[int, int]], target_ms: int) -> None:
+        self.target_ms = target_ms
+        self.entries = EntrySequence(ledgers)
+        self.total = self.entries.total
         # Invariant: entries before ``_lo`` were published before the target, entries from
         # ``_hi`` on at or after it; the answer lies in ``[_lo, _hi]``.
         self._lo = 0
-        self._hi = total
+        self._hi = self.total
         self.probes = 0
 
     @classmethod
@@ -71,10 +96,7 @@ class PublishTimeSearch:
 
     def position(self, index: int) -> Position:
         """The position of the ``index``-th entry of the search."""
-        if not 0 <= index < self.total:
-            raise IndexError(f"entry {index} of {self.total}")
-        ledger = bisect.bisect_right(self._starts, index) - 1
-        return Position(self._ledger_ids[ledger], index - self._starts[ledger])
+        return self.entries.position(index)
 
     def probe(self) -> Position | None:
         """The entry whose publish time is wanted next; ``None`` when the search is done."""

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from stripemq.bookie.client import BookKeeper
 from stripemq.broker.cluster_metadata import initialize_cluster_metadata
 from stripemq.broker.config import DelayedDeliveryConfig
-from stripemq.broker.dedup import Deduplication
+from stripemq.broker.leader import LeaderBroker, LeaderElection, lookup_id
 from stripemq.broker.names import check_topic_supported
+from stripemq.broker.namespace_policies import EffectivePolicies, NamespacePolicyCache, resolve
 from stripemq.broker.namespaces import check_namespace
 from stripemq.broker.ownership import BrokerInfo, Bundle, Ownership, bundle_of
 from stripemq.broker.partitions import (
@@ -25,9 +26,12 @@ from stripemq.broker.partitions import (
     create_partitioned_topic,
     partition_count,
 )
-from stripemq.broker.topic import PersistentTopic
+from stripemq.broker.policies import BacklogQuota, DispatchRate, Policies, PublishRate
+from stripemq.broker.policy_tasks import PolicyChecks
+from stripemq.broker.topic import PersistentTopic, TopicLifecycle
 from stripemq.errors import BrokerError, StripeMQError
 from stripemq.managed_ledger.config import ManagedLedgerConfig
+from stripemq.managed_ledger.ledger_list import LedgerList, managed_ledger_path
 from stripemq.managed_ledger.managed_ledger import ManagedLedgerFactory
 from stripemq.metadata import MetadataStore
 from stripemq.proto import pulsar_api_pb2 as pb
@@ -49,6 +53,16 @@ class TopicPolicies:
     auto_create_partitioned: bool = False
     default_partitions: int = 1
     delayed_delivery: DelayedDeliveryConfig = field(default_factory=DelayedDeliveryConfig)
+    # What a namespace policy overrides (``namespace_policies.resolve``): TTL (0: none),
+    # backlog quota, and the rates (unlimited by default).
+    message_ttl_s: int = 0
+    backlog_quota: BacklogQuota = field(default_factory=BacklogQuota)
+    publish_rate: PublishRate = field(default_factory=PublishRate)
+    dispatch_rate: DispatchRate = field(default_factory=DispatchRate)
+    subscription_dispatch_rate: DispatchRate = field(default_factory=DispatchRate)
+    # How often the TTL and backlog-quota checks run (0: never).
+    message_expiry_check_interval_s: float = 300.0
+    backlog_quota_check_interval_s: float = 60.0
 
 
 class BrokerService:
@@ -76,11 +90,25 @@ class BrokerService:
         self._opening: dict[str, asyncio.Future[PersistentTopic]] = {}
         self._unloading: set[Bundle] = set()
         self._started = asyncio.Event()
+        self.leader_election = LeaderElection(
+            store,
+            LeaderBroker(me.web_url or me.service_url, lookup_id(me.web_url, me.broker_id)),
+        )
+        # Namespace policies, watched while topics of theirs are served here.
+        self.namespace_policies = NamespacePolicyCache(store, self._namespace_policies_changed)
+        self.policy_checks = PolicyChecks(
+            lambda: list(self.topics.values()),
+            message_expiry_interval_s=self.policies.message_expiry_check_interval_s,
+            backlog_quota_interval_s=self.policies.backlog_quota_check_interval_s,
+        )
 
     async def start(self) -> None:
-        """Make the default tenant and namespace if need be, and register this broker."""
+        """Make the default tenant and namespace if need be, register this broker and join
+        the leader election."""
         await initialize_cluster_metadata(self.store, self.cluster, self.me)
         await self.ownership.register()
+        self.leader_election.start()
+        self.policy_checks.start()
         self._started.set()
 
     async def _check_namespace(self, topic_name: TopicName) -> None:
@@ -92,6 +120,38 @@ class BrokerService:
             except TimeoutError:
                 raise BrokerError(pb.ServiceNotReady, "the broker is starting") from None
         await check_namespace(self.store, topic_name.namespace_name)
+
+    async def effective_policies(
+        self, topic_name: TopicName, *, watch: bool = True
+    ) -> EffectivePolicies:
+        """The policies a topic obeys here: its namespace's, else this broker's settings.
+        ``watch``: keep them fresh from now on (for a topic served here); without it a
+        namespace not watched yet is read once, and not watched.
+
+        Raises ``NamespaceNotFoundError`` if the namespace does not exist."""
+        policies = await self.namespace_policies.get(topic_name.namespace_name, watch=watch)
+        return resolve(policies, self.policies, self.cluster)
+
+    async def _namespace_policies_changed(self, namespace: str, policies: Policies) -> None:
+        """Apply a namespace's changed policies to its topics served here, live: each
+        topic on its own (one that fails is logged and the others still change), topics
+        that are closing or being deleted left out."""
+        effective = resolve(policies, self.policies, self.cluster)
+        for topic in list(self.topics.values()):
+            if topic.topic_name.namespace_name != namespace or not topic.serving:
+                continue
+            try:
+                await topic.apply_policies(effective)
+            except StripeMQError as exc:
+                log.warning("[%s] changed policies not applied: %s", topic.name, exc)
+            except Exception:
+                log.exception("[%s] changed policies not applied", topic.name)
+
+    def _retain_policy_watches(self) -> None:
+        """Watch only the namespaces of topics served here, or being opened."""
+        namespaces = {t.topic_name.namespace_name for t in self.topics.values()}
+        namespaces.update(TopicName.parse(name).namespace_name for name in self._opening)
+        self.namespace_policies.retain(namespaces)
 
     async def topics_of_namespace(self, namespace: str) -> list[str]:
         """Every persistent topic of a namespace that has been created (partitions by name)."""
@@ -113,22 +173,35 @@ class BrokerService:
         if count:
             return count
         await self._check_namespace(topic_name)
-        if not self.policies.auto_create or not self.policies.auto_create_partitioned:
+        # Read, not watched: a client may ask about any namespace, served here or not.
+        policies = await self.effective_policies(topic_name, watch=False)
+        if not policies.auto_create or not policies.auto_create_partitions:
             return 0
         if await self.factory.exists(topic_name.managed_ledger_name):
             return 0  # a topic that already exists unpartitioned
         with contextlib.suppress(PartitionedTopicExistsError):
-            await create_partitioned_topic(self.store, topic_name, self.policies.default_partitions)
+            await create_partitioned_topic(self.store, topic_name, policies.auto_create_partitions)
         return await partition_count(self.store, topic_name)
 
     async def _check_may_open(self, topic_name: TopicName) -> None:
         """Auto-creation policy; the namespace was checked before its bundle was taken."""
-        if self.policies.auto_create:
+        if (await self.effective_policies(topic_name)).auto_create:
             return
         if topic_name.partition_index >= 0 and await partition_count(self.store, topic_name):
             return  # a partition of a declared partitioned topic
         if not await self.factory.exists(topic_name.managed_ledger_name):
             raise BrokerError(pb.TopicNotFound, f"topic {topic_name} does not exist")
+
+    async def bundle_of(self, topic_name: TopicName) -> Bundle:
+        """The topic's bundle, by its namespace's bundle count (``Policies.bundles``, fixed
+        when the namespace is made): from the policy cache, else read (not watched).
+
+        Raises ``NamespaceNotFoundError``, having written nothing."""
+        policies = self.namespace_policies.cached(topic_name.namespace_name)
+        if policies is None:
+            await self._check_namespace(topic_name)
+            policies = await self.namespace_policies.get(topic_name.namespace_name, watch=False)
+        return bundle_of(topic_name, policies.bundles)
 
     async def lookup(self, topic_name: TopicName, authoritative: bool) -> str:
         """The service URL of the broker that serves (or is to serve) the topic.
@@ -136,7 +209,7 @@ class BrokerService:
         Raises ``UnsupportedTopicError`` (non-persistent) or ``NamespaceNotFoundError``,
         having written nothing."""
         check_topic_supported(topic_name)
-        bundle = bundle_of(topic_name)
+        bundle = await self.bundle_of(topic_name)
         owner = await self.ownership.owner_of(bundle)
         if owner is not None:
             return owner
@@ -153,7 +226,7 @@ class BrokerService:
         Raises ``UnsupportedTopicError`` (non-persistent) or ``NamespaceNotFoundError``
         before its bundle is taken (a bundle owned here is of a namespace that exists)."""
         check_topic_supported(topic_name)
-        bundle = bundle_of(topic_name)
+        bundle = await self.bundle_of(topic_name)
         if bundle in self._unloading:
             raise BrokerError(pb.ServiceNotReady, f"{topic_name} is being unloaded")
         if bundle not in self.ownership.owned:
@@ -165,7 +238,10 @@ class BrokerService:
             )
         name = str(topic_name)
         topic = self.topics.get(name)
-        if topic is not None and not topic.ml.closed and not topic.ml.fenced:
+        if topic is not None and topic.lifecycle is not TopicLifecycle.OPEN:
+            # Closing or being deleted: never a second instance beside it; clients retry.
+            raise BrokerError(pb.ServiceNotReady, f"{topic_name} is {topic.lifecycle.value}")
+        if topic is not None and topic.serving:
             return topic
         opening = self._opening.get(name)
         if opening is None:
@@ -178,12 +254,73 @@ class BrokerService:
         await self._check_may_open(topic_name)
         ml = await self.factory.open(topic_name.managed_ledger_name)
         topic = PersistentTopic(topic_name, ml, self.policies.delayed_delivery)
-        if self.policies.deduplication:
-            topic.dedup = Deduplication(ml)
-            await topic.dedup.start()
+        # Its namespace's policies (retention, rates, deduplication...), kept up to date by
+        # the cache's watch from now on.
+        namespace = topic_name.namespace_name
+        try:
+            policies = await self.namespace_policies.get(namespace)
+            await topic.apply_policies(resolve(policies, self.policies, self.cluster))
+            await topic.wait_for_deduplication()
+        except BaseException:
+            with contextlib.suppress(StripeMQError):
+                await topic.close()  # opened for nothing: the next request opens it again
+            raise
         self.topics[str(topic_name)] = topic
+        # A change applied to the namespace's topics while this one was opening missed it:
+        # from here on the watch reaches it, and what changed before is applied now.
+        latest = self.namespace_policies.cached(namespace)
+        if latest is not None and latest is not policies:
+            await topic.apply_policies(resolve(latest, self.policies, self.cluster))
         log.info("serving topic %s", topic_name)
         return topic
+
+    # ------------------------------------------------------------------ admin operations
+
+    async def create_topic(self, topic_name: TopicName) -> None:
+        """Create a non-partitioned topic: its managed ledger's node (the topic opens on
+        first use, on whichever broker serves it then).
+
+        Raises ``NodeExistsError`` if it exists, ``NamespaceNotFoundError``."""
+        check_topic_supported(topic_name)
+        await self._check_namespace(topic_name)
+        path = managed_ledger_path(topic_name.managed_ledger_name)
+        await self.store.create(path, LedgerList().encode())
+        log.info("created topic %s", topic_name)
+
+    async def open_existing(self, topic_name: TopicName) -> PersistentTopic:
+        """The topic, loaded here (its bundle taken as ``get_topic`` does) if it exists:
+        created, or a partition of a partitioned topic. Raises ``TopicNotFound`` otherwise;
+        nothing is created for a topic that does not exist."""
+        topic = self.topics.get(str(topic_name))
+        if topic is None or not topic.serving:
+            exists = await self.factory.exists(topic_name.managed_ledger_name)
+            index = topic_name.partition_index
+            if not exists and not 0 <= index < await partition_count(self.store, topic_name):
+                raise BrokerError(pb.TopicNotFound, f"Topic {topic_name} not found")
+        return await self.get_topic(topic_name)
+
+    async def delete_topic(self, topic_name: TopicName, *, force: bool = False) -> None:
+        """Delete a topic served here (its managed ledger, cursors and ledgers); see
+        ``PersistentTopic.delete`` for ``force``. Raises ``TopicNotFound``."""
+        topic = await self.open_existing(topic_name)
+        await topic.delete(force=force)
+        if self.topics.get(str(topic_name)) is topic:
+            del self.topics[str(topic_name)]
+        self._retain_policy_watches()
+
+    async def unload_topic(self, topic_name: TopicName) -> None:
+        """Close one topic (Pulsar's topic unload): its clients are disconnected and
+        reconnect, which loads it again. Raises ``TopicNotFound`` for no such topic."""
+        topic = self.topics.get(str(topic_name))
+        if topic is None:
+            if not await self.factory.exists(topic_name.managed_ledger_name):
+                raise BrokerError(pb.TopicNotFound, f"Topic {topic_name} not found")
+            return  # not loaded: nothing to unload
+        await topic.close(disconnect=True)  # refuses new clients before telling these
+        if self.topics.get(str(topic_name)) is topic:
+            del self.topics[str(topic_name)]
+        self._retain_policy_watches()
+        log.info("unloaded topic %s", topic_name)
 
     async def unload(self, bundle: Bundle) -> list[str]:
         """Stop serving a bundle: its clients are disconnected (they look it up again), its
@@ -192,13 +329,17 @@ class BrokerService:
         try:
             closed = []
             for name, topic in list(self.topics.items()):
-                if bundle_of(topic.topic_name) != bundle:
+                if not bundle.contains(topic.topic_name):
                     continue
-                topic.disconnect_clients()
-                await topic.close()
-                self.topics.pop(name, None)
+                try:
+                    await topic.close(disconnect=True)
+                except Exception:  # the others still close, and the bundle is released
+                    log.exception("closing topic %s failed", name)
+                if self.topics.get(name) is topic:
+                    del self.topics[name]
                 closed.append(name)
             await self.ownership.release(bundle)
+            self._retain_policy_watches()
             log.info(
                 "unloaded bundle %s/%s (%d topics)", bundle.namespace, bundle.name, len(closed)
             )
@@ -208,6 +349,9 @@ class BrokerService:
 
     async def abandon(self) -> None:
         """The metadata session is lost: drop every topic without writing anything."""
+        await self.leader_election.stop(release=False)
+        await self.policy_checks.stop()
+        await self.namespace_policies.close()
         for topic in list(self.topics.values()):
             await topic.abandon()
         self.topics.clear()
@@ -215,8 +359,17 @@ class BrokerService:
 
     async def close(self) -> None:
         """Close every topic (persisting cursors), then give the bundles up."""
+        try:
+            await self.leader_election.stop()
+        except StripeMQError as exc:  # the session may be gone: the node goes with it
+            log.warning("could not leave the leader election: %s", exc)
+        await self.policy_checks.stop()
+        await self.namespace_policies.close()
         for topic in list(self.topics.values()):
-            await topic.close()
+            try:
+                await topic.close()
+            except Exception:  # the others still close, and the bundles are released
+                log.exception("closing topic %s failed", topic.name)
         self.topics.clear()
         await self.factory.close()
         try:

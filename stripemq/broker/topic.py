@@ -5,17 +5,25 @@ delivered unchanged. Each subscription has a durable cursor and a dispatch loop 
 entries to consumers as their permits allow. On Shared and Key_Shared subscriptions an
 entry its producer wants delivered later waits in a delayed-delivery tracker, and a timer
 on the event loop replays it when it is due.
+
+A topic serves from its load until it is closed (unload, shutdown) or deleted
+(``TopicLifecycle``): from the moment either starts it takes no new producer or consumer
+(``ServiceNotReady``, which clients retry), so that nothing attaches to a managed ledger
+about to go; dispatch loops end once their managed ledger is closed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
+from stripemq.broker import backlog_quota
+from stripemq.broker.backlog_monitor import check_producer_admission
 from stripemq.broker.config import DelayedDeliveryConfig
 from stripemq.broker.dedup import Deduplication
 from stripemq.broker.delayed_delivery import DelayedDeliveryTracker
@@ -28,16 +36,31 @@ from stripemq.broker.dispatch import (
     SingleActiveDispatcher,
 )
 from stripemq.broker.key_shared import KeySharedDispatcher
-from stripemq.broker.names import check_subscription_name
+from stripemq.broker.names import DEDUPLICATION_CURSOR, check_subscription_name
+from stripemq.broker.namespace_policies import EffectivePolicies, dispatch_rate, publish_rate
 from stripemq.broker.publish_time import PublishTimeSearch, publish_time_of
+from stripemq.broker.rate_limiter import (
+    RateLimiter,
+    dispatch_budget,
+    limiter_for,
+    longest_delay,
+)
+from stripemq.broker.stats import (
+    ConsumerCounters,
+    ProducerCounters,
+    SubscriptionCounters,
+    TopicCounters,
+)
 from stripemq.clock import now_ms  # the clock producers set delivery times by
 from stripemq.errors import (
     BrokerError,
     ConsumerAssignError,
+    CursorNotFoundError,
     ManagedLedgerClosedError,
     ManagedLedgerFencedError,
     StripeMQError,
 )
+from stripemq.lifecycle import Transitions
 from stripemq.managed_ledger.cursor.managed_cursor import ManagedCursor
 from stripemq.managed_ledger.cursor.non_durable import NonDurableCursor
 from stripemq.managed_ledger.cursor.state import BatchAck
@@ -57,6 +80,9 @@ NO_KEY = b"NONE_KEY"  # what Pulsar hashes for a message without a key
 SubType = pb.CommandSubscribe.SubType
 # Subscription types that honour a message's delivery time (Pulsar ignores it on the others).
 DELAYING_TYPES = frozenset({SubType.Shared, SubType.Key_Shared})
+# Back-off of a deduplication recovery that failed (its state could not be read back).
+DEDUP_RETRY_S = 1.0
+DEDUP_RETRY_MAX_S = 60.0
 
 
 class MessageSink(Protocol):
@@ -73,9 +99,16 @@ class MessageSink(Protocol):
 
     def send_active_change(self, consumer_id: int, is_active: bool) -> None: ...
 
+    def send_reached_end_of_topic(self, consumer_id: int) -> None: ...
+
     def close_consumer(self, consumer_id: int) -> None: ...
 
     def close_producer(self, producer_id: int) -> None: ...
+
+    def publish_rate_changed(self) -> None:
+        """A topic its producers publish to has a new publish rate: a connection paused
+        by the old one reads again at once (and is measured against the new one)."""
+        ...
 
     @property
     def is_active(self) -> bool:
@@ -90,6 +123,7 @@ class Producer:
     topic: PersistentTopic
     sink: MessageSink | None = None
     access_mode: int = pb.Shared
+    stats: ProducerCounters = field(default_factory=ProducerCounters)
 
 
 @dataclass
@@ -99,9 +133,10 @@ class Consumer:
     slot: ConsumerSlot
     sink: MessageSink
     subscription: Subscription
+    stats: ConsumerCounters = field(default_factory=ConsumerCounters)
 
 
-def make_dispatcher(sub_type: int, partition_index: int, sticky: bool) -> Dispatcher:
+def make_dispatcher(sub_type: int | None, partition_index: int, sticky: bool) -> Dispatcher:
     if sub_type == SubType.Shared:
         return RoundRobinDispatcher()
     if sub_type == SubType.Failover:
@@ -131,13 +166,19 @@ def entry_info(position: Position, data: bytes) -> EntryInfo:
 
 
 class Subscription:
-    """A named cursor and the dispatch loop that feeds its consumers."""
+    """A named cursor and the dispatch loop that feeds its consumers.
+
+    ``sub_type`` is the type its consumers chose; ``None`` for a durable subscription no
+    consumer has joined since the topic was loaded here (Pulsar's subscription without a
+    dispatcher, whose stats say ``"type": "None"``). Its first consumer gives it a type
+    (``PersistentTopic.subscribe``), and so does the first one after the last one left.
+    """
 
     def __init__(
         self,
         topic: PersistentTopic,
         cursor: ManagedCursor | NonDurableCursor,
-        sub_type: int,
+        sub_type: int | None,
         sticky: bool = False,
     ) -> None:
         self.topic = topic
@@ -148,12 +189,41 @@ class Subscription:
         self.dispatcher = make_dispatcher(sub_type, topic.topic_name.partition_index, sticky)
         self.delivery = self._new_delivery_state()
         self.consumers: dict[int, Consumer] = {}
+        self.stats = SubscriptionCounters()  # dispatched, redelivered, expired (stats.py)
+        # The subscription's own dispatch rate (the topic's is shared by all of them).
+        self.rate_limiter = limiter_for(
+            None, dispatch_rate(topic.policies.subscription_dispatch_rate)
+        )
         self._active: ConsumerSlot | None = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         # The timer that releases due delayed entries, and the time (ms) it is set for.
         self._delayed_timer: asyncio.TimerHandle | None = None
         self._delayed_timer_at: int | None = None
+        # Consumers told the topic is terminated and read to its end (told once each).
+        self._told_end_of_topic: set[int] = set()
+
+    @property
+    def type_name(self) -> str:
+        """The type as Pulsar's stats name it (``"None"`` while no consumer chose one)."""
+        return SubType.Name(self.sub_type) if self.sub_type is not None else "None"
+
+    @property
+    def dispatching(self) -> bool:
+        """Whether its dispatch loop is running (from its first consumer to ``close``)."""
+        return self._task is not None
+
+    def take_type(self, sub_type: int, sticky: bool = False) -> None:
+        """Become a ``sub_type`` subscription (its next consumer asked for that type): a
+        new dispatcher and delivery state over the same cursor and counters, as Pulsar
+        makes a new dispatcher. Only without consumers and with the loop stopped."""
+        if self.consumers or self._task is not None:
+            raise RuntimeError(f"subscription {self.name} changes type only when idle")
+        self.sub_type = sub_type
+        self.dispatcher = make_dispatcher(sub_type, self.topic.topic_name.partition_index, sticky)
+        self.delivery = self._new_delivery_state()
+        self._active = None
+        self._told_end_of_topic.clear()
 
     def _new_delivery_state(self) -> DeliveryState:
         """Delivery state from scratch; with a delayed-delivery tracker where the
@@ -191,6 +261,7 @@ class Subscription:
     def remove_consumer(self, consumer: Consumer) -> None:
         if self.consumers.pop(consumer.slot.slot_id, None) is None:
             return
+        self._told_end_of_topic.discard(consumer.slot.slot_id)
         self.delivery.consumer_removed(consumer.slot)
         self._active_may_have_changed()
         self._wake.set()
@@ -212,6 +283,7 @@ class Subscription:
 
     def flow(self, consumer: Consumer, permits: int) -> None:
         consumer.slot.permits += permits
+        self.stats.flowed(consumer.stats)
         self._wake.set()
 
     def wake(self) -> None:
@@ -231,10 +303,10 @@ class Subscription:
                 raise BrokerError(pb.NotAllowedError, "a cumulative ack names one message")
             if self.sub_type in (SubType.Shared, SubType.Key_Shared):
                 raise BrokerError(
-                    pb.NotAllowedError,
-                    f"cumulative ack on a {SubType.Name(self.sub_type)} subscription",
+                    pb.NotAllowedError, f"cumulative ack on a {self.type_name} subscription"
                 )
             self._ack_cumulative(consumer, ack.message_id[0], positions[0])
+            self.stats.acknowledged(consumer.stats, 1)  # counted once it was taken
             return
         # Sizes first: a bad one refuses the whole ack before any of it is applied.
         sizes = [
@@ -256,6 +328,7 @@ class Subscription:
                 whole.append(position)
         self.cursor.ack(whole)
         self.delivery.acknowledged(consumer.slot, whole)
+        self.stats.acknowledged(consumer.stats, len(positions))
         self._wake.set()  # a draining Key_Shared hash may be free now
 
     def _ack_cumulative(
@@ -316,6 +389,9 @@ class Subscription:
     def redeliver(self, consumer: Consumer, message_ids: Iterable[pb.MessageIdData]) -> None:
         """The consumer gives entries back (negative ack, ack timeout, or all of them)."""
         positions = [Position(m.ledgerId, m.entryId) for m in message_ids]
+        pending = consumer.slot.pending
+        given = sum(pending.get(p, 0) for p in positions) if positions else sum(pending.values())
+        self.stats.redelivered(consumer.stats, given)
         if self.dispatcher.exclusive:
             # One consumer reads in order: give back means read again from the first unacked.
             consumer.slot.pending.clear()
@@ -345,6 +421,62 @@ class Subscription:
         self._wake.set()
         return consumers
 
+    # ------------------------------------------------------------------ admin operations
+
+    def reset_cursor(self, position: Position) -> None:
+        """Admin reset-cursor: restart delivery at ``position`` (see ``seek``); the
+        consumers are told to reconnect, and read from there."""
+        for consumer in self.seek(position):
+            consumer.sink.close_consumer(consumer.slot.consumer_id)
+
+    async def clear_backlog(self) -> int:
+        """Acknowledge everything published so far (Pulsar's skip-all / clear-backlog);
+        returns the entries that were unacknowledged. Consumers stay connected."""
+        backlog = self.cursor.backlog
+        last = self.topic.ml.last_confirmed
+        if backlog and last.entry_id >= 0:
+            self.cursor.ack_cumulative(last)
+        self.cursor_moved_on()
+        await self.persist_acks()
+        return backlog
+
+    async def skip(self, count: int) -> int:
+        """Acknowledge the next ``count`` unacknowledged entries; returns how many."""
+        if count >= self.cursor.backlog:
+            return await self.clear_backlog()
+        if isinstance(self.cursor, ManagedCursor):
+            skipped = self.cursor.skip(count)
+        else:
+            skipped = self.cursor.state.skip(count)
+        self.cursor_moved_on()
+        await self.persist_acks()
+        return skipped
+
+    def cursor_moved_on(self) -> None:
+        """The cursor moved on without the consumers (skip, clear-backlog, expiry):
+        entries they hold that are now acknowledged are no longer theirs to ack."""
+        for consumer in self.consumers.values():
+            done = [p for p in consumer.slot.pending if self.cursor.is_acked(p)]
+            if done:
+                self.delivery.acknowledged(consumer.slot, done)
+        self._wake.set()
+
+    def _tell_end_of_topic(self) -> None:
+        """A terminated topic read to its end: each consumer hears so once."""
+        for consumer in self.consumers.values():
+            slot_id = consumer.slot.slot_id
+            if slot_id not in self._told_end_of_topic:
+                self._told_end_of_topic.add(slot_id)
+                consumer.sink.send_reached_end_of_topic(consumer.slot.consumer_id)
+
+    def _read_to_end_of_terminated_topic(self) -> bool:
+        """The topic is terminated and everything up to its last entry was read (and
+        nothing waits to be delivered again)."""
+        end = self.topic.ml.terminated_position
+        if end is None or self.delivery.replay_pending:
+            return False
+        return self.cursor.state.first_unacked_from(self.cursor.read_position) > end
+
     async def close(self) -> None:
         self._cancel_delayed_timer()
         if self._task is not None:
@@ -356,37 +488,49 @@ class Subscription:
     # ------------------------------------------------------------------ dispatching
 
     async def _dispatch_loop(self) -> None:
-        """Feed the consumers until the subscription closes. Nothing ends it but
-        cancellation: a failure (storage trouble, or a bug) is logged once and retried
-        with back-off until a round succeeds."""
+        """Feed the consumers until the subscription closes (cancellation) or its managed
+        ledger does (the topic was unloaded or deleted under it: there is nothing left to
+        read). Any other failure (storage trouble, or a bug) is logged once and retried with
+        back-off until a round succeeds."""
         backoff = Backoff(initial=0.1, maximum=5.0)
         failing = False
         while True:
             if not self.dispatcher.has_permits():
                 await self._wait_for_wake()
                 continue
+            if self._dispatch_budget() == 0:
+                await self._wait_for_dispatch_rate()
+                continue
             try:
                 progressed = False
                 if self.delivery.replay_pending:
                     progressed = await self._deliver_replays()
                 read_any = True
-                if self.dispatcher.has_permits():
+                if self.dispatcher.has_permits() and self._dispatch_budget() == 0:
+                    progressed = True  # replays used the rate up: wait for it at the top
+                elif self.dispatcher.has_permits():
                     read_any, moved = await self._deliver_new()
                     progressed = progressed or moved
+            except ManagedLedgerClosedError:
+                log.debug("[%s] [%s] managed ledger closed: dispatch ends", *self._where())
+                if self._task is asyncio.current_task():
+                    self._task = None
+                return
             except Exception as exc:
                 if not failing:
                     failing = True
-                    where = (self.topic.name, self.name)
                     if isinstance(exc, StripeMQError):
-                        log.warning("[%s] [%s] dispatch failed: %s", *where, exc)
+                        log.warning("[%s] [%s] dispatch failed: %s", *self._where(), exc)
                     else:
-                        log.exception("[%s] [%s] dispatch failed", *where)
+                        log.exception("[%s] [%s] dispatch failed", *self._where())
                 await backoff.sleep()
                 continue
             if failing:
                 failing = False
                 backoff.reset()
                 log.info("[%s] [%s] dispatch resumed", self.topic.name, self.name)
+            if not read_any and not progressed and self._read_to_end_of_terminated_topic():
+                self._tell_end_of_topic()
             if not read_any and not progressed:
                 after = Position(
                     self.cursor.read_position.ledger_id, self.cursor.read_position.entry_id - 1
@@ -395,10 +539,44 @@ class Subscription:
             elif not progressed:
                 await self._wait_for_wake()
 
+    def _where(self) -> tuple[str, str]:
+        return self.topic.name, self.name
+
+    def _limiters(self) -> list[RateLimiter | None]:
+        return [self.topic.dispatch_limiter, self.rate_limiter]
+
+    def _dispatch_budget(self) -> int | None:
+        """Entries the dispatch rates let go now (``None``: no rate is set)."""
+        return dispatch_budget(self._limiters())
+
+    def _read_batch(self) -> int:
+        budget = self._dispatch_budget()
+        return READ_BATCH if budget is None else max(1, min(READ_BATCH, budget))
+
+    async def _wait_for_dispatch_rate(self) -> None:
+        """Wait until the dispatch rates allow more (or something wakes the loop)."""
+        delay = longest_delay(self._limiters())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), max(delay, 0.001))
+        self._wake.clear()
+
+    def _charge_dispatch(
+        self, deliveries: list[Delivery], infos: list[EntryInfo], data: dict[Position, bytes]
+    ) -> None:
+        """Count what was sent against the dispatch rates (messages of batches, bytes)."""
+        limiters = [lim for lim in self._limiters() if lim is not None]
+        if not limiters or not deliveries:
+            return
+        sent = {d.position for d in deliveries}
+        messages = sum(info.messages for info in infos if info.position in sent)
+        size = sum(len(data[position]) for position in sent)
+        for limiter in limiters:
+            limiter.spend(messages, size)
+
     async def _deliver_replays(self) -> bool:
         infos: list[EntryInfo] = []
         data: dict[Position, bytes] = {}
-        for position in self.delivery.replay_positions(READ_BATCH):
+        for position in self.delivery.replay_positions(self._read_batch()):
             found = await self.topic.ml.read_entries(position, 1)
             if not found or found[0].position != position:
                 self.delivery.drop_replay(position)  # trimmed: acknowledged meanwhile
@@ -407,19 +585,20 @@ class Subscription:
             data[position] = found[0].data
         plan = self.delivery.plan(infos, replay=True)
         self._send(plan.deliveries, data)
+        self._charge_dispatch(plan.deliveries, infos, data)
         return bool(plan.deliveries)
 
     async def _deliver_new(self) -> tuple[bool, bool]:
         """``(read anything, moved on)``."""
         start = self.cursor.state.first_unacked_from(self.cursor.read_position)
-        entries = await self.topic.ml.read_entries(start, READ_BATCH)
+        entries = await self.topic.ml.read_entries(start, self._read_batch())
         if not entries:
             return False, False
         data = {entry.position: entry.data for entry in entries}
-        plan = self.delivery.plan(
-            [entry_info(e.position, e.data) for e in entries], replay=False, now_ms=now_ms()
-        )
+        infos = [entry_info(e.position, e.data) for e in entries]
+        plan = self.delivery.plan(infos, replay=False, now_ms=now_ms())
         self._send(plan.deliveries, data)
+        self._charge_dispatch(plan.deliveries, infos, data)
         if plan.consumed_through is not None:
             self.cursor.state.advance_read(plan.consumed_through)
         self._schedule_delayed_timer()
@@ -477,6 +656,8 @@ class Subscription:
             bits = self.cursor.state.ack_set(position)
             ack_set = words_of(bits.tolist()) if bits is not None else None
             consumer = self.consumers[delivery.slot.slot_id]
+            messages = delivery.slot.pending.get(position, 1)
+            self.stats.dispatched(consumer.stats, messages, len(data[position]))
             consumer.sink.send_message(
                 delivery.slot.consumer_id,
                 message_id,
@@ -497,11 +678,44 @@ class Subscription:
         finally:
             for task in (entries, woken):
                 task.cancel()
+            if entries.done() and not entries.cancelled():
+                entries.exception()  # seen (a closed ledger): the next read raises it again
             self._wake.clear()
 
 
+class TopicLifecycle(enum.Enum):
+    """Where a served topic is in its life (Pulsar fences a topic it closes or deletes).
+
+    Only an ``OPEN`` topic takes producers and consumers; from ``CLOSING`` (unload,
+    shutdown) or ``DELETING`` on, new ones are refused with ``ServiceNotReady`` (clients
+    retry, and find the topic wherever it is served next). A delete that fails serves
+    again (``DELETING`` -> ``OPEN``). ``abandon`` goes to ``CLOSED`` from anywhere.
+    """
+
+    OPEN = "open"
+    CLOSING = "closing"
+    DELETING = "deleting"
+    CLOSED = "closed"
+
+
+_T = TopicLifecycle
+TOPIC_TRANSITIONS = Transitions[TopicLifecycle](
+    {
+        _T.OPEN: {_T.CLOSING, _T.DELETING, _T.CLOSED},
+        _T.CLOSING: {_T.CLOSED},
+        _T.DELETING: {_T.OPEN, _T.CLOSING, _T.CLOSED},
+        _T.CLOSED: set(),
+    }
+)
+
+
 class PersistentTopic:
-    """A topic this broker serves: its managed ledger, producers and subscriptions."""
+    """A topic this broker serves: its managed ledger, producers and subscriptions.
+
+    Loading it takes up every durable cursor of its managed ledger (but the
+    deduplication cursor) as a subscription, as Pulsar does, so that stats, metrics, TTL
+    and backlog quotas see subscriptions whose consumers are all away.
+    """
 
     def __init__(
         self,
@@ -513,20 +727,66 @@ class PersistentTopic:
         self.name = str(topic_name)
         self.ml = ml
         self.delayed_delivery = delayed_delivery or DelayedDeliveryConfig()
+        self.lifecycle = TopicLifecycle.OPEN  # changed only by _move_to
+        self._closing: asyncio.Future[None] | None = None
         self.producers: list[Producer] = []
         self._producers_changed = asyncio.Condition()
         self.subscriptions: dict[str, Subscription] = {}
+        self.stats = TopicCounters()  # published messages and bytes (stats.py)
+        # Deduplication: on once its state is read back (``_recover_deduplication``, in
+        # the background after a live change), retried with back-off if that fails.
         self.dedup: Deduplication | None = None
+        self._dedup_recovery: asyncio.Task[StripeMQError | None] | None = None
+        self._dedup_retry: asyncio.TimerHandle | None = None
+        self._dedup_backoff = Backoff(initial=DEDUP_RETRY_S, maximum=DEDUP_RETRY_MAX_S)
+        self._dedup_failed = False
         # After a failed append, until every append in flight is done (the managed ledger
         # refuses new ones meanwhile; Pulsar's PersistentTopic.addFailed fences the topic).
         self.publishing_paused = False
         self._publishes_in_flight = 0
         self._announcement: asyncio.Future[None] | None = None
+        # Namespace policies as this topic obeys them (``apply_policies``), and the rate
+        # limiters they set: publishing (the connections pause reading while it is
+        # exceeded) and dispatching (shared by every subscription).
+        self.policies = EffectivePolicies()
+        self.publish_limiter: RateLimiter | None = None
+        self.dispatch_limiter: RateLimiter | None = None
+        self._applying_policies = asyncio.Lock()
+        for name, cursor in self.subscription_cursors().items():
+            self.subscriptions[name] = Subscription(self, cursor, None)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _move_to(self, new: TopicLifecycle) -> None:
+        """The one place the lifecycle changes; ``IllegalTransitionError`` if it may not."""
+        self.lifecycle = TOPIC_TRANSITIONS.check(f"topic {self.name}", self.lifecycle, new)
+
+    @property
+    def serving(self) -> bool:
+        """Open, on a managed ledger that is neither closed nor taken over."""
+        return self.lifecycle is TopicLifecycle.OPEN and not self.ml.closed and not self.ml.fenced
+
+    def _check_serving(self) -> None:
+        """Raises ``BrokerError(ServiceNotReady)`` unless the topic takes new clients."""
+        if self.lifecycle is not TopicLifecycle.OPEN:
+            raise BrokerError(
+                pb.ServiceNotReady, f"topic {self.name} is {self.lifecycle.value}: retry"
+            )
 
     async def add_producer(self, producer: Producer) -> None:
-        """Admit a producer by its access mode (Pulsar's ProducerAccessMode)."""
+        """Admit a producer by its access mode (Pulsar's ProducerAccessMode).
+
+        Raises ``BrokerError``: ``ServiceNotReady`` while the topic is not open or its
+        deduplication is not ready, ``TopicTerminatedError``, the backlog quota's refusal,
+        ``ProducerBusy``."""
         mode = producer.access_mode
+        self._check_serving()
+        if self.ml.terminated:
+            raise BrokerError(pb.TopicTerminatedError, f"topic {self.name} is terminated")
+        await self._check_deduplication_ready()
+        await check_producer_admission(self, producer.name)  # backlog quotas
         async with self._producers_changed:
+            self._check_serving()  # (closed while it waited)
             self._take_over_name(producer)
             exclusive = [p for p in self.producers if p.access_mode != pb.Shared]
             if mode == pb.Shared:
@@ -542,6 +802,7 @@ class PersistentTopic:
                         other.sink.close_producer(other.producer_id)
             elif mode == pb.WaitForExclusive:
                 await self._producers_changed.wait_for(lambda: not self.producers)
+                self._check_serving()
             self.producers.append(producer)
 
     def _take_over_name(self, producer: Producer) -> None:
@@ -567,6 +828,11 @@ class PersistentTopic:
                 self.producers.remove(producer)
             self._producers_changed.notify_all()
 
+    @property
+    def publishes_in_flight(self) -> int:
+        """Appends handed to the managed ledger and not yet done."""
+        return self._publishes_in_flight
+
     def publish(self, entry: bytes) -> asyncio.Future[Position]:
         """Store an entry; entries are stored and confirmed in the order of the calls.
 
@@ -589,14 +855,15 @@ class PersistentTopic:
             if not self.publishing_paused:
                 log.warning("[%s] append failed (%s): producers reconnect", self.name, error)
                 self.publishing_paused = True
-                self._disconnect_producers()
+                self._drop_producers()
         if self.publishing_paused and self._publishes_in_flight == 0:
             if self.dedup is not None:
                 self.dedup.forget_unstored()
             self.publishing_paused = False
             log.info("[%s] publishing resumes", self.name)
 
-    def _disconnect_producers(self) -> None:
+    def _drop_producers(self) -> None:
+        """Close every producer (their clients reconnect) and tell waiting ones."""
         producers, self.producers = self.producers, []
         for producer in producers:
             if producer.sink is not None:
@@ -608,30 +875,183 @@ class PersistentTopic:
         async with self._producers_changed:
             self._producers_changed.notify_all()
 
-    async def subscribe(
-        self, name: str, sub_type: int, initial: InitialPosition, sticky: bool = False
-    ) -> Subscription:
-        """The durable subscription ``name``, made at ``initial`` if new; reserved names
-        (``names.check_subscription_name``) are refused before any cursor is opened."""
-        check_subscription_name(name)
-        subscription = self.subscriptions.get(name)
-        if subscription is None:
-            cursor = await self.ml.open_cursor(name, initial)
-            subscription = self.subscriptions.get(name)  # opened meanwhile by another
-            if subscription is None:
-                subscription = Subscription(self, cursor, sub_type, sticky)
-                self.subscriptions[name] = subscription
-        elif subscription.sub_type != sub_type and subscription.consumers:
-            raise BrokerError(
-                pb.ConsumerBusy,
-                f"subscription {name} is {SubType.Name(subscription.sub_type)}, "
-                f"not {SubType.Name(sub_type)}",
+    def disconnect_producers(self) -> int:
+        """Close every producer (a backlog quota is exceeded): their clients reconnect,
+        and are admitted again once the quota allows. Returns how many were closed."""
+        count = len(self.producers)
+        if count:
+            log.info("[%s] disconnecting %d producers", self.name, count)
+            self._drop_producers()
+        return count
+
+    async def apply_policies(self, policies: EffectivePolicies) -> None:
+        """Obey ``policies`` from now on: retention and rates change at once (connections
+        paused by the old publish rate resume, and are measured against the new one);
+        deduplication is switched off at once, and on once its state is read back, in the
+        background (``wait_for_deduplication``). TTL and backlog quotas are read by the
+        periodic checks and by the next producer. Changes are applied one at a time, in
+        the order they come."""
+        async with self._applying_policies:
+            old_publish_rate = publish_rate(self.policies.publish_rate)
+            self.policies = policies
+            retention = policies.retention
+            if retention is None:
+                self.ml.set_retention(None)
+            else:
+                self.ml.set_retention(retention.time_s, retention.size_bytes)
+            new_publish_rate = publish_rate(policies.publish_rate)
+            self.publish_limiter = limiter_for(self.publish_limiter, new_publish_rate)
+            if new_publish_rate != old_publish_rate:
+                for producer in list(self.producers):
+                    if producer.sink is not None:
+                        producer.sink.publish_rate_changed()
+            self.dispatch_limiter = limiter_for(
+                self.dispatch_limiter, dispatch_rate(policies.dispatch_rate)
             )
-        elif subscription.sub_type != sub_type:  # no consumers left: it takes the new type
-            await subscription.close()
-            subscription = Subscription(self, subscription.cursor, sub_type, sticky)
-            self.subscriptions[name] = subscription
-        return subscription
+            subscription_rate = dispatch_rate(policies.subscription_dispatch_rate)
+            for subscription in list(self.subscriptions.values()):
+                subscription.rate_limiter = limiter_for(
+                    subscription.rate_limiter, subscription_rate
+                )
+                subscription.wake()  # a lifted limit lets a waiting dispatch go at once
+            if policies.deduplication:
+                self._start_deduplication()
+            else:
+                await self._stop_deduplication()
+
+    @property
+    def deduplication_status(self) -> str:
+        """Pulsar's MessageDeduplication status, as topic stats show it."""
+        if self.dedup is not None:
+            return "Enabled"
+        if self._dedup_recovery is not None:
+            return "Recovering"
+        if self._dedup_failed and self.policies.deduplication:
+            return "Failed"
+        return "Disabled"
+
+    def _start_deduplication(self) -> None:
+        """Read deduplication's state back in the background (once at a time)."""
+        if self.dedup is not None or self._dedup_recovery is not None or not self.serving:
+            return
+        self._cancel_deduplication_retry()
+        self._dedup_recovery = asyncio.ensure_future(self._recover_deduplication())
+
+    async def _recover_deduplication(self) -> StripeMQError | None:
+        """One attempt at reading deduplication's state back (its cursor's snapshot, then
+        the entries after it); on failure, another is scheduled with back-off while the
+        policy still wants it. Returns the attempt's failure."""
+        try:
+            dedup = Deduplication(self.ml)
+            try:
+                await dedup.start()
+            except StripeMQError as exc:
+                self._dedup_failed = True
+                if self.serving and self.policies.deduplication:
+                    delay = self._dedup_backoff.next_delay()
+                    log.warning(
+                        "[%s] deduplication could not read its state (%s): again in %.1fs",
+                        self.name,
+                        exc,
+                        delay,
+                    )
+                    loop = asyncio.get_running_loop()
+                    self._dedup_retry = loop.call_later(delay, self._start_deduplication)
+                return exc
+            self._dedup_failed = False
+            self._dedup_backoff.reset()
+            self.dedup = dedup
+            log.info("[%s] deduplication enabled", self.name)
+            return None
+        finally:
+            self._dedup_recovery = None
+
+    def _cancel_deduplication_retry(self) -> None:
+        if self._dedup_retry is not None:
+            self._dedup_retry.cancel()
+            self._dedup_retry = None
+
+    async def _stop_deduplication(self, *, delete_cursor: bool = True) -> None:
+        """Switch deduplication off (a recovery in progress is abandoned); with
+        ``delete_cursor`` its cursor goes too, as Pulsar does, so that it holds no
+        ledger back (a failure to delete it is logged: the next change tries again)."""
+        self._cancel_deduplication_retry()
+        self._dedup_failed = False
+        recovery = self._dedup_recovery
+        if recovery is not None:
+            recovery.cancel()
+            await asyncio.wait({recovery})
+        if self.dedup is not None:
+            self.dedup = None
+            log.info("[%s] deduplication disabled", self.name)
+        if delete_cursor and DEDUPLICATION_CURSOR in self.ml.cursors:
+            try:
+                await self.ml.delete_cursor(DEDUPLICATION_CURSOR)
+            except CursorNotFoundError:
+                pass
+            except StripeMQError as exc:
+                log.warning("[%s] deduplication cursor not deleted: %s", self.name, exc)
+
+    async def wait_for_deduplication(self) -> None:
+        """Wait for a deduplication recovery in progress (none: return at once).
+
+        Raises what its attempt failed with (another is scheduled meanwhile)."""
+        recovery = self._dedup_recovery
+        if recovery is None:
+            return
+        await asyncio.wait({recovery})
+        error = None if recovery.cancelled() else recovery.result()
+        if error is not None:
+            raise error
+
+    async def _check_deduplication_ready(self) -> None:
+        """A producer waits for deduplication to be read back; it is refused, to retry,
+        while the policy wants deduplication and it is not running (its sequence ids
+        would not be known)."""
+        try:
+            await self.wait_for_deduplication()
+        except StripeMQError as exc:
+            raise BrokerError(
+                pb.ServiceNotReady, f"deduplication of {self.name} is not ready: {exc}"
+            ) from None
+        if self.policies.deduplication and self.dedup is None:
+            raise BrokerError(pb.ServiceNotReady, f"deduplication of {self.name} is not ready")
+
+    async def subscribe(
+        self, name: str, sub_type: int | None, initial: InitialPosition, sticky: bool = False
+    ) -> Subscription:
+        """The durable subscription ``name``, made at ``initial`` if new, of ``sub_type``
+        (the type a consumer asks for; ``None``: made for nobody yet, as Pulsar's admin
+        and a producer's initial subscription make it). Without consumers it takes the type
+        asked for; with consumers of another type it is ``ConsumerBusy``.
+
+        Returns with nothing awaited after its checks: the caller adds its consumer before
+        anyone else can change the subscription. Raises ``ReservedSubscriptionNameError``
+        (before any cursor is opened) and ``BrokerError`` (``ServiceNotReady`` unless the
+        topic is open)."""
+        check_subscription_name(name)
+        while True:
+            self._check_serving()
+            subscription = self.subscriptions.get(name)
+            if subscription is None:
+                cursor = await self.ml.open_cursor(name, initial)
+                self._check_serving()
+                if name not in self.subscriptions:  # (else taken up meanwhile by another)
+                    self.subscriptions[name] = Subscription(self, cursor, None)
+                continue
+            if sub_type is None or subscription.sub_type == sub_type:
+                return subscription
+            if subscription.consumers:
+                raise BrokerError(
+                    pb.ConsumerBusy,
+                    f"subscription {name} is {subscription.type_name}, "
+                    f"not {SubType.Name(sub_type)}",
+                )
+            if subscription.dispatching:
+                await subscription.close()  # then look again: a consumer may have come
+                continue
+            subscription.take_type(sub_type, sticky)  # same cursor, same counts
+            return subscription
 
     def subscribe_non_durable(
         self, name: str, sub_type: int, start: Position | None
@@ -640,6 +1060,7 @@ class PersistentTopic:
         A reader back under its subscription's name (a seek disconnected it) gets the same
         subscription, at the position the seek left it. Reserved names are refused."""
         check_subscription_name(name)
+        self._check_serving()
         existing = self.subscriptions.get(name)
         if existing is not None and not existing.durable and not existing.consumers:
             return existing
@@ -658,8 +1079,16 @@ class PersistentTopic:
             await subscription.close()
 
     async def find_by_publish_time(self, publish_time_ms: int) -> Position:
-        """The first entry published at or after ``publish_time_ms`` (else the end), by
-        binary search over the ledger chain: one entry read per step, O(log n) in all."""
+        """The first entry published at or after ``publish_time_ms``, else the position
+        after the last entry (``find_first_published``)."""
+        found = await self.find_first_published(publish_time_ms)
+        return found if found is not None else self.ml.chain.write_position()
+
+    async def find_first_published(self, publish_time_ms: int) -> Position | None:
+        """The first entry published at or after ``publish_time_ms`` (``None``: every
+        entry was published before it, or there are none), by binary search over the
+        ledger chain: one entry read per step, O(log n) in all. Seek by time and message
+        TTL both search with it."""
         search = PublishTimeSearch.over(self.ml.chain, publish_time_ms)
         while (probe := search.probe()) is not None:
             entries = await self.ml.read_entries(probe, 1)
@@ -673,7 +1102,99 @@ class PersistentTopic:
             result,
             search.probes,
         )
-        return result if result is not None else self.ml.chain.write_position()
+        return result
+
+    # ------------------------------------------------------------------ admin operations
+
+    def subscription_names(self) -> list[str]:
+        """Every subscription: durable ones (opened or not since the topic was loaded)
+        and readers', without the broker's own cursors."""
+        names = set(self.subscriptions) | set(self.ml.cursors)
+        names.discard(DEDUPLICATION_CURSOR)
+        return sorted(names)
+
+    async def subscription(self, name: str) -> Subscription | None:
+        """The subscription ``name`` if it exists, else ``None``. Nothing is created: a
+        durable cursor without a subscription (one being made by ``subscribe`` right now)
+        is taken up as it is, while the topic is open."""
+        subscription = self.subscriptions.get(name)
+        if subscription is not None:
+            return subscription
+        cursor = self.subscription_cursors().get(name)
+        if cursor is None or self.lifecycle is not TopicLifecycle.OPEN:
+            return None
+        subscription = self.subscriptions[name] = Subscription(self, cursor, None)
+        return subscription
+
+    def subscription_cursors(self) -> dict[str, ManagedCursor]:
+        """The durable subscriptions' cursors, by name: the deduplication cursor is the
+        broker's own, and holds no subscription's backlog."""
+        return {n: c for n, c in self.ml.cursors.items() if n != DEDUPLICATION_CURSOR}
+
+    def estimated_backlog_size(self) -> int:
+        """Bytes after the slowest durable subscription's mark-delete position (0 without
+        any), as Pulsar's ManagedLedger.getEstimatedBacklogSize: what topic stats,
+        ``/metrics`` and the backlog quota all count."""
+        marks = (c.mark_delete_position for c in self.subscription_cursors().values())
+        return backlog_quota.backlog_bytes(self.ml.chain, marks)
+
+    @property
+    def has_clients(self) -> bool:
+        """Whether a producer or a consumer is connected."""
+        return bool(self.producers) or any(s.consumers for s in self.subscriptions.values())
+
+    async def remove_subscription(self, name: str, *, force: bool = False) -> None:
+        """Delete a subscription and its cursor (admin unsubscribe). Its consumers, if any,
+        are disconnected with ``force``; without it, ``ConsumerBusy``.
+
+        Raises ``CursorNotFoundError`` for a subscription that does not exist."""
+        subscription = await self.subscription(name)
+        if subscription is None:
+            raise CursorNotFoundError(f"subscription {name} does not exist on {self.name}")
+        if subscription.consumers and not force:
+            raise BrokerError(pb.ConsumerBusy, "Subscription has active connected consumers")
+        for consumer in list(subscription.consumers.values()):
+            consumer.sink.close_consumer(consumer.slot.consumer_id)
+            subscription.remove_consumer(consumer)
+        if subscription.durable:
+            await self.unsubscribe(name)
+        else:
+            self.subscriptions.pop(name, None)
+            await subscription.close()
+
+    async def terminate(self) -> Position:
+        """No more messages, for ever (Pulsar's terminate): the managed ledger is
+        terminated, producers are disconnected (their reconnection is refused with
+        ``TopicTerminatedError``) and consumers read to the end hear
+        ``REACHED_END_OF_TOPIC``. Returns the last message's position."""
+        last = await self.ml.terminate()
+        self._drop_producers()
+        for subscription in list(self.subscriptions.values()):
+            subscription.wake()
+        log.info("[%s] terminated at %s", self.name, last)
+        return last
+
+    async def delete(self, *, force: bool = False) -> None:
+        """Delete the topic: its managed ledger, cursors and ledgers. Connected clients are
+        disconnected with ``force``; without it, a topic with any is refused
+        (``NotAllowedError``, "Topic has active producers/subscriptions"). From the start
+        the topic takes no new clients (``ServiceNotReady``); if the delete fails it serves
+        again, as Pulsar unfences it."""
+        self._check_serving()
+        if self.has_clients and not force:
+            raise BrokerError(pb.NotAllowedError, "Topic has active producers/subscriptions")
+        self._move_to(TopicLifecycle.DELETING)
+        try:
+            self.disconnect_clients()
+            await self._stop()
+            await self.ml.delete()
+        except BaseException:
+            if self.lifecycle is TopicLifecycle.DELETING:
+                self._move_to(TopicLifecycle.OPEN)
+            raise
+        self.subscriptions.clear()
+        self._move_to(TopicLifecycle.CLOSED)
+        log.info("[%s] deleted", self.name)
 
     async def unsubscribe(self, name: str) -> None:
         subscription = self.subscriptions.pop(name, None)
@@ -688,18 +1209,46 @@ class PersistentTopic:
             if producer.sink is not None:
                 producer.sink.close_producer(producer.producer_id)
         self.producers.clear()
-        for subscription in self.subscriptions.values():
+        for subscription in list(self.subscriptions.values()):
             for consumer in list(subscription.consumers.values()):
                 consumer.sink.close_consumer(consumer.slot.consumer_id)
                 subscription.remove_consumer(consumer)
 
-    async def close(self) -> None:
-        for subscription in self.subscriptions.values():
+    async def _stop(self) -> None:
+        """Stop the background work: deduplication's recovery and every dispatch loop."""
+        self._cancel_deduplication_retry()
+        recovery = self._dedup_recovery
+        if recovery is not None:
+            recovery.cancel()
+            await asyncio.wait({recovery})
+        for subscription in list(self.subscriptions.values()):
             await subscription.close()
-        await self.ml.close()
+
+    async def close(self, *, disconnect: bool = False) -> None:
+        """Stop serving (an unload, the broker's shutdown): no producer or consumer is
+        taken from now on (``ServiceNotReady``); with ``disconnect`` the connected ones are
+        told to reconnect (wherever the topic is served next); the dispatch loops stop and
+        the managed ledger is closed (cursors persisted). Closing twice waits for the
+        first close."""
+        if self._closing is None:
+            if self.lifecycle is not TopicLifecycle.CLOSED:
+                self._move_to(TopicLifecycle.CLOSING)  # before anyone is told to reconnect
+            self._closing = asyncio.ensure_future(self._close())
+        if disconnect:
+            self.disconnect_clients()
+        await asyncio.shield(self._closing)
+
+    async def _close(self) -> None:
+        if self.lifecycle is TopicLifecycle.CLOSED:
+            return  # deleted or abandoned already
+        try:
+            await self._stop()
+            await self.ml.close()
+        finally:
+            self._move_to(TopicLifecycle.CLOSED)
 
     async def abandon(self) -> None:
         """Stop serving at once, writing nothing (see ``ManagedLedger.abandon``)."""
-        for subscription in self.subscriptions.values():
-            await subscription.close()
+        self._move_to(TopicLifecycle.CLOSED)
+        await self._stop()
         self.ml.abandon()

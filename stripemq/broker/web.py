@@ -1,6 +1,9 @@
 """The broker's HTTP service on its web port: one aiohttp application serving the admin
 REST API (``/admin/v2``), lookups (``/lookup/v2``) and Prometheus metrics (``/metrics``).
 
+A path with a trailing slash is served as the same path without it (``GET
+/admin/v2/tenants/`` lists the tenants, as Jersey serves it), rewritten, not redirected.
+
 The service is bound before the broker registers itself (so the registration carries the
 real web URL, even when port 0 picked one) and lives as long as the broker process: while
 the broker starts, or starts over after losing its metadata session, resources that need
@@ -16,7 +19,7 @@ from aiohttp import web
 from prometheus_client.registry import Collector
 
 from stripemq.broker.admin import brokers, clusters, lookup, namespaces, persistent, tenants
-from stripemq.broker.admin.rest import AdminContext, error_middleware
+from stripemq.broker.admin.rest import AdminContext, Handler, error_middleware
 from stripemq.broker.metrics import add_metrics_routes
 
 log = logging.getLogger(__name__)
@@ -25,10 +28,29 @@ log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 1024 * 1024
 
 
+@web.middleware
+async def trailing_slash_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A path no route matches that ends with ``/`` is served as the path without it."""
+    path = request.rel_url.raw_path
+    if request.match_info.http_exception is None or len(path) < 2 or not path.endswith("/"):
+        return await handler(request)
+    stripped = request.clone(rel_url=request.rel_url.with_path(path.rstrip("/"), encoded=True))
+    match = await request.app.router.resolve(stripped)
+    if match.http_exception is not None:
+        return await handler(request)
+    # What aiohttp's own normalize_path_middleware does (the route found for the rewritten
+    # path); this middleware is the innermost, so calling the route's handler skips none.
+    match.add_app(request.app)
+    stripped._match_info = match
+    return await match.handler(stripped)
+
+
 def build_app(ctx: AdminContext, extra_collectors: Iterable[Collector] = ()) -> web.Application:
     """The application with every resource; ``extra_collectors`` join ``/metrics`` (the
     standalone's bookie)."""
-    app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY_BYTES)
+    app = web.Application(
+        middlewares=[error_middleware, trailing_slash_middleware], client_max_size=MAX_BODY_BYTES
+    )
     for module in (clusters, tenants, namespaces, persistent, brokers, lookup):
         module.add_routes(app.router, ctx)
     add_metrics_routes(app.router, ctx, list(extra_collectors))
@@ -65,11 +87,10 @@ class WebService:
         app = build_app(self.ctx, self._extra_collectors)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        sockets = getattr(site._server, "sockets", None) or []  # no public accessor
-        if sockets:
-            self.port = sockets[0].getsockname()[1]
+        await web.TCPSite(self._runner, self.host, self.port).start()
+        addresses = self._runner.addresses  # (host, port, ...) of each bound socket
+        if addresses:
+            self.port = addresses[0][1]
         self.ctx.web_url = self.web_url
         log.info("web service on %s", self.web_url)
 

@@ -2,8 +2,9 @@
 
 The node ``/stripemq/managed-ledgers/<tenant>/<ns>/persistent/<topic>`` holds the topic's
 ledger list as JSON (``{"ledgers": [...], "properties": {...}}``); each cursor is a child
-node named by its quoted subscription name. Readers that are not the broker (Spark, the
-admin tools) decode the same bytes with this module and nothing else.
+node named by its quoted subscription name. A terminated topic's list also holds
+``"terminated": "<ledger>:<entry>"``, its last entry for ever. Readers that are not the
+broker (Spark, the admin tools) decode the same bytes with this module and nothing else.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from urllib.parse import quote, unquote
 
 from stripemq.errors import ManagedLedgerError
 from stripemq.managed_ledger.ledger_chain import LedgerChain, LedgerInfo
+from stripemq.managed_ledger.position import Position
 
 ROOT = "/stripemq/managed-ledgers"
 
@@ -42,9 +44,15 @@ class LedgerList:
 
     chain: LedgerChain = field(default_factory=LedgerChain)
     properties: dict[str, str] = field(default_factory=dict)
+    terminated: Position | None = None  # the last entry of a terminated topic
 
     def encode(self) -> bytes:
-        doc = {"ledgers": [info.to_json() for info in self.chain], "properties": self.properties}
+        doc: dict[str, object] = {
+            "ledgers": [info.to_json() for info in self.chain],
+            "properties": self.properties,
+        }
+        if self.terminated is not None:
+            doc["terminated"] = str(self.terminated)
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
@@ -54,8 +62,10 @@ class LedgerList:
             doc = json.loads(raw) if raw else {}
             chain = LedgerChain(LedgerInfo.from_json(item) for item in doc.get("ledgers", []))
             properties = {str(k): str(v) for k, v in doc.get("properties", {}).items()}
+            terminated = doc.get("terminated")
+            terminated = Position.parse(terminated) if terminated is not None else None
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ManagedLedgerError(
                 f"metadata of managed ledger {name} is unreadable: {exc}"
             ) from None
-        return cls(chain, properties)
+        return cls(chain, properties, terminated)

@@ -6,6 +6,10 @@ are deleted once outside retention. Opening a managed ledger recovers (and so fe
 previous owner's last ledger, then starts a new one: from then on the previous owner's
 appends fail with ``ManagedLedgerFencedError``.
 
+A terminated managed ledger (``terminate``, Pulsar's topic termination) takes no more
+appends, for ever, whoever opens it: its last entry is recorded in the ledger list. Its
+cursors go on reading and acknowledging.
+
 Metadata: ``/stripemq/managed-ledgers/<name>`` holds the ledger list (JSON); each cursor is
 a child node of it (see ``ManagedCursor``).
 """
@@ -20,6 +24,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from stripemq.bookie.client import BookKeeper
 from stripemq.bookie.client.ledger_handle import LedgerHandle
@@ -34,6 +39,7 @@ from stripemq.errors import (
     ManagedLedgerError,
     ManagedLedgerFencedError,
     ManagedLedgerNotFoundError,
+    ManagedLedgerTerminatedError,
     MetadataError,
     NodeExistsError,
     NoSuchLedgerError,
@@ -210,6 +216,9 @@ class ManagedLedger:
         self.entries_added = 0
         self.lifecycle = ManagedLedgerLifecycle.OPENING  # changed only by _move_to
         self.on_close: Callable[[], object] | None = None
+        # Set once terminated: the last entry there will ever be (persisted in the list).
+        self.terminated_position: Position | None = None
+        self._terminating = False  # appends are refused while termination completes
         self._version = -1
         self._handle: LedgerHandle | None = None
         self._handle_failed = False
@@ -226,6 +235,8 @@ class ManagedLedger:
         self._info_lock = asyncio.Lock()
         self._trim_task: asyncio.Task[None] | None = None
         self._housekeeping: asyncio.Task[None] | None = None
+        # A retention of this ledger's own over the configured one (namespace policies).
+        self._retention: tuple[float, int] | None = None
 
     # ------------------------------------------------------------------ opening
 
@@ -244,14 +255,19 @@ class ManagedLedger:
         self._version = stat.version
         listed = LedgerList.decode(raw, self.name)
         self.chain, self.properties = listed.chain, listed.properties
+        self.terminated_position = listed.terminated
         self.cursor_env.chain = self.chain
         empty = await self._recover_ledgers()
-        handle = await self._new_ledger()
-        self.chain.add(LedgerInfo(handle.ledger_id, created_ms=now_ms()))
+        # A terminated ledger takes no appends, ever: it gets no ledger to write to (as
+        # Pulsar: "we don't need to create a new ledger for writing").
+        handle = None if self.terminated else await self._new_ledger()
+        if handle is not None:
+            self.chain.add(LedgerInfo(handle.ledger_id, created_ms=now_ms()))
         try:
             await self._write_info()
         except BaseException:
-            await _discard(self.bk, handle)
+            if handle is not None:
+                await _discard(self.bk, handle)
             raise
         self._handle = handle
         self._ledger_created = time.monotonic()
@@ -270,7 +286,7 @@ class ManagedLedger:
             len(self.chain),
             self.chain.entries,
             len(self.cursors),
-            handle.ledger_id,
+            self.current_ledger_id,  # -1: terminated
         )
 
     async def _recover_ledgers(self) -> list[int]:
@@ -312,7 +328,9 @@ class ManagedLedger:
         async with self._info_lock:
             try:
                 stat = await self.store.put(
-                    self.path, LedgerList(self.chain, self.properties).encode(), self._version
+                    self.path,
+                    LedgerList(self.chain, self.properties, self.terminated_position).encode(),
+                    self._version,
                 )
             except BadVersionError:
                 self._mark_fenced()
@@ -340,6 +358,8 @@ class ManagedLedger:
         is closed, fenced or the entry too large.
         """
         self._check_writable()
+        if self.terminated:
+            raise ManagedLedgerTerminatedError(f"topic {self.name} is terminated")
         if len(data) > self.config.max_entry_bytes:
             raise ManagedLedgerError(
                 f"entry of {len(data)} bytes exceeds {self.config.max_entry_bytes}"
@@ -711,9 +731,23 @@ class ManagedLedger:
             log.info("trimmed ledgers %s of %s", ids, self.name)
             return ids
 
+    def set_retention(self, time_s: float | None, size_bytes: int = -1) -> None:
+        """Keep consumed ledgers ``time_s`` seconds or while under ``size_bytes`` (-1: no
+        limit), over the configured retention; ``None`` goes back to the configured one.
+        Applies from the next trim, which starts now."""
+        self._retention = None if time_s is None else (time_s, size_bytes)
+        self._schedule_trim()
+
+    @property
+    def retention(self) -> tuple[float, int]:
+        """The retention trimming obeys: ``(seconds, bytes)``, -1 for no limit."""
+        if self._retention is not None:
+            return self._retention
+        return self.config.retention_time_s, self.config.retention_size_bytes
+
     def _ledgers_to_trim(self) -> list[LedgerInfo]:
-        config = self.config
-        if config.retention_time_s < 0 and config.retention_size_bytes < 0:
+        retention_time_s, retention_size_bytes = self.retention
+        if retention_time_s < 0 and retention_size_bytes < 0:
             return []
         if self.cursors:
             # By what the cursors have persisted: a crash brings them back there, and a
@@ -732,13 +766,8 @@ class ManagedLedger:
             )
             if not consumed:
                 break
-            expired = (
-                config.retention_time_s >= 0
-                and now - info.closed_ms >= config.retention_time_s * 1000
-            )
-            over_quota = (
-                config.retention_size_bytes >= 0 and remaining > config.retention_size_bytes
-            )
+            expired = retention_time_s >= 0 and now - info.closed_ms >= retention_time_s * 1000
+            over_quota = retention_size_bytes >= 0 and remaining > retention_size_bytes
             if not (expired or over_quota):
                 break
             doomed.append(info)
@@ -758,13 +787,59 @@ class ManagedLedger:
         while self.lifecycle not in (_ML.FENCED, _ML.CLOSED):
             await asyncio.sleep(HOUSEKEEPING_INTERVAL_S)
             try:
-                if self._rolling is None and self._handle is not None and self._needs_new_ledger():
+                idle = self._rolling is None and self._handle is not None and not self.terminated
+                if idle and self._needs_new_ledger():
                     await asyncio.shield(self._start_rollover())
                 await self.trim()
             except ManagedLedgerFencedError:
                 return
             except ManagedLedgerError as exc:
                 log.warning("housekeeping of %s: %s", self.name, exc)
+
+    # ------------------------------------------------------------------ termination
+
+    @property
+    def terminated(self) -> bool:
+        """Terminated, or being terminated: no append is taken any more."""
+        return self._terminating or self.terminated_position is not None
+
+    async def terminate(self) -> Position:
+        """Take no more appends, for ever: the appends already taken are completed, then
+        the last entry is recorded in the ledger list (a new owner keeps it terminated).
+        Returns that last entry; terminating again returns it again.
+
+        Raises ``ManagedLedgerClosedError``/``ManagedLedgerFencedError`` when closed or
+        taken over, and the metadata store's errors (the managed ledger then takes appends
+        again, as before).
+        """
+        self._check_writable()
+        if self.terminated_position is not None:
+            return self.terminated_position
+        self._terminating = True
+        try:
+            # Every append taken completes first (stored, or failed): completions come in
+            # order, so once the newest is done they all are.
+            while self._rolling is not None or self._outstanding:
+                pending: list[asyncio.Future[Any]] = [op.future for op in self._queued]
+                if self._last_pushed is not None:
+                    pending.append(self._last_pushed.future)
+                if self._rolling is not None:
+                    pending.append(self._rolling)
+                if pending:
+                    await asyncio.gather(*pending, return_exceptions=True)
+                # Let the done callbacks count them (and never spin on a stray count).
+                await asyncio.sleep(0 if pending else 0.01)
+            self._check_writable()
+            self.terminated_position = self.chain.last_confirmed()
+            try:
+                await self._write_info()
+            except BaseException:
+                self.terminated_position = None
+                raise
+        finally:
+            self._terminating = False
+        log.info("[%s] terminated at %s", self.name, self.terminated_position)
+        return self.terminated_position
 
     # ------------------------------------------------------------------ lifecycle
 

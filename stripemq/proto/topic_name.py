@@ -14,14 +14,21 @@ from urllib.parse import quote, unquote
 
 from stripemq.errors import InvalidTopicNameError
 
-__all__ = ["InvalidTopicNameError", "TopicName"]
+__all__ = ["InvalidTopicNameError", "TopicName", "is_valid_name"]
 
 DEFAULT_TENANT = "public"
 DEFAULT_NAMESPACE = "default"
 PARTITION_SUFFIX = "-partition-"
 _DOMAINS = ("persistent", "non-persistent")
-# Pulsar's rule for tenant and namespace names.
-_NAME_PART = re.compile(r"^[-=:.\w]+$")
+# Pulsar's ``NamedEntity`` rule for tenant, namespace and cluster names (Java's ``\w`` is
+# ASCII: letters, digits and ``_``).
+_NAME_PART = re.compile(r"[-=:.\w]+", re.ASCII)
+
+
+def is_valid_name(name: str) -> bool:
+    """Whether ``name`` may name a tenant, a namespace (its local part) or a cluster: the
+    one check of such names, for the broker, its admin API and the admin CLI alike."""
+    return _NAME_PART.fullmatch(name) is not None
 
 
 @dataclass(frozen=True)
@@ -52,7 +59,7 @@ class TopicName:
             )
         tenant, namespace, local = parts
         for part in (tenant, namespace):
-            if not _NAME_PART.match(part):
+            if not is_valid_name(part):
                 raise InvalidTopicNameError(f"topic {text!r}: invalid tenant or namespace")
         if not local or "\n" in local or "\x00" in local:
             raise InvalidTopicNameError(f"topic {text!r}: invalid local name")
@@ -95,6 +102,13 @@ class TopicName:
         """The topic whose ``managed_ledger_name`` is ``name``."""
         tenant, namespace, domain, local = name.split("/", 3)
         return cls(domain, tenant, namespace, unquote(local))
+
+    @property
+    def rest_path(self) -> str:
+        """``persistent/tenant/namespace/<local name, URL-encoded>``: the topic in the admin
+        API's paths (``/admin/v2/<rest_path>/stats``)."""
+        parts = (self.tenant, self.namespace, self.local_name)
+        return f"{self.domain}/" + "/".join(quote(part, safe="") for part in parts)
 
     @property
     def managed_ledger_name(self) -> str:

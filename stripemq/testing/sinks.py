@@ -21,10 +21,16 @@ class NullSink:
     def send_active_change(self, consumer_id: int, is_active: bool) -> None:
         pass
 
+    def send_reached_end_of_topic(self, consumer_id: int) -> None:
+        pass
+
     def close_consumer(self, consumer_id: int) -> None:
         pass
 
     def close_producer(self, producer_id: int) -> None:
+        pass
+
+    def publish_rate_changed(self) -> None:
         pass
 
     @property

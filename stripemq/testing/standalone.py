@@ -19,8 +19,7 @@ class StandaloneProcess(ChildProcess):
         super().__init__(self.data_dir.parent / f"{self.data_dir.name}.log")
         self.port = free_port()
         self.bookie_port = free_port()
-        self.stats_port = free_port()
-        self.web_port = free_port()
+        self.web_port = free_port()  # admin, broker and bookie metrics, bookie probes
 
     @property
     def service_url(self) -> str:
@@ -42,7 +41,7 @@ class StandaloneProcess(ChildProcess):
             str(self.bookie_port),
             "--web-port",
             str(self.web_port),
-            settings={"stats_http_port": self.stats_port, **self.settings},
+            settings=self.settings,
         )
 
     async def start(self, timeout: float = 60.0) -> None:

@@ -20,6 +20,7 @@ from stripemq.broker.limits import (
     check_redeliver,
     check_seek_id,
     check_subscribe,
+    messages_in_send,
     permits_to_grant,
 )
 from stripemq.errors import BrokerError
@@ -289,4 +290,24 @@ def test_producer_metadata_is_bounded() -> None:
     refused(
         lambda: check_producer(producer(metadata=key_values(DEFAULT_LIMITS.max_properties + 1)), 0),
         pb.MetadataError,
+    )
+
+
+@pytest.mark.parametrize(
+    ("declared", "counted"),
+    [
+        (1, 1),
+        (0, 1),
+        (-7, 1),
+        (100, 100),
+        (MAX_BATCH_SIZE, MAX_BATCH_SIZE),
+        (2**31 - 1, MAX_BATCH_SIZE),
+    ],
+)
+def test_a_sends_message_count_is_what_it_says_within_one_batch(
+    declared: int, counted: int
+) -> None:
+    assert (
+        messages_in_send(pb.CommandSend(producer_id=1, sequence_id=0, num_messages=declared))
+        == counted
     )

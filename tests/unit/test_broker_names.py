@@ -44,6 +44,7 @@ class NoCursors:
     """A managed ledger that must not be asked for a cursor."""
 
     chain = LedgerChain()
+    cursors: dict[str, object] = {}
 
     async def open_cursor(self, name: str, initial: InitialPosition) -> None:
         raise AssertionError(f"cursor {name!r} opened")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 from hypothesis import given
@@ -169,6 +169,7 @@ class FakeManagedLedger:
 
     chain: LedgerChain
     times: dict[Position, int]
+    cursors: dict[str, object] = field(default_factory=dict)  # none: no subscriptions
     reads: int = 0
     entries_read: int = 0
 

@@ -1,24 +1,40 @@
-"""Subscription acknowledgements, driven directly on an in-memory cursor (no I/O)."""
+"""Subscription acknowledgements, driven directly on an in-memory cursor (no I/O); then
+the topic's lifecycle, subscriptions and policies on a managed ledger (memory:// metadata,
+the in-memory ledger client)."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
+from types import SimpleNamespace
 from typing import cast
 
 import pytest
+from ledger_fakes import FakeBookKeeper
 
+from stripemq.bookie.client import BookKeeper
+from stripemq.broker import topic as topic_module
+from stripemq.broker.dedup import Deduplication
 from stripemq.broker.dispatch import ConsumerSlot
-from stripemq.broker.topic import Consumer, PersistentTopic, Subscription
-from stripemq.errors import BrokerError
+from stripemq.broker.namespace_policies import EffectivePolicies
+from stripemq.broker.policies import PublishRate
+from stripemq.broker.topic import Consumer, PersistentTopic, Producer, Subscription, TopicLifecycle
+from stripemq.errors import BrokerError, ManagedLedgerError
+from stripemq.managed_ledger.config import ManagedLedgerConfig
 from stripemq.managed_ledger.cursor.non_durable import NonDurableCursor
 from stripemq.managed_ledger.ledger_chain import LedgerChain, LedgerInfo
 from stripemq.managed_ledger.managed_ledger import ManagedLedger
 from stripemq.managed_ledger.position import Position
+from stripemq.metadata import MetadataStore
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.ack_set import words_of
+from stripemq.proto.initial_position import InitialPosition
 from stripemq.proto.topic_name import TopicName
+from stripemq.testing.polling import until
 from stripemq.testing.sinks import NullSink
 
 LEDGER = 7
+SubType = pb.CommandSubscribe.SubType
 
 
 def subscription(
@@ -26,7 +42,7 @@ def subscription(
 ) -> tuple[Subscription, Consumer]:
     """A subscription over one ledger of ``entries`` entries and one consumer of it."""
     chain = LedgerChain([LedgerInfo(LEDGER, entries)])
-    topic = PersistentTopic(TopicName.parse("t"), cast(ManagedLedger, None))
+    topic = PersistentTopic(TopicName.parse("t"), cast(ManagedLedger, SimpleNamespace(cursors={})))
     cursor = NonDurableCursor("sub", chain, Position(LEDGER, -1))
     sub = Subscription(topic, cursor, sub_type)
     consumer = Consumer(ConsumerSlot(1, "c"), NullSink(), sub)
@@ -111,3 +127,240 @@ def test_a_batch_size_taken_from_a_hostile_producers_entry_is_refused() -> None:
     with pytest.raises(BrokerError):
         sub.ack(consumer, ack(pb.CommandAck.Individual, 1, [False]))
     assert sub.cursor.state.ack_set(Position(LEDGER, 1)) is None
+
+
+# ---------------------------------------------------------------- a topic on a managed ledger
+
+
+class Producers(NullSink):
+    """A producer's connection that remembers what the topic told it."""
+
+    def __init__(self) -> None:
+        self.closed: list[int] = []
+        self.rate_changes = 0
+
+    def close_producer(self, producer_id: int) -> None:
+        self.closed.append(producer_id)
+
+    def publish_rate_changed(self) -> None:
+        self.rate_changes += 1
+
+
+async def live_topic(
+    store: MetadataStore, name: str = "persistent://acme/orders/t"
+) -> PersistentTopic:
+    """A topic over a managed ledger on ``store`` and an in-memory ledger client."""
+    ml = ManagedLedger(
+        TopicName.parse(name).managed_ledger_name,
+        store,
+        cast(BookKeeper, FakeBookKeeper()),
+        ManagedLedgerConfig(),
+    )
+    await ml.open(create=True)
+    return PersistentTopic(TopicName.parse(name), ml)
+
+
+async def consumed(topic: PersistentTopic, name: str = "s1") -> Subscription:
+    """A subscription with a consumer connected: its dispatch loop runs."""
+    sub = await topic.subscribe(name, SubType.Shared, InitialPosition.Earliest)
+    consumer = Consumer(ConsumerSlot(1, "c"), NullSink(), sub)
+    sub.add_consumer(consumer)
+    sub.flow(consumer, 10)  # it waits for entries
+    assert sub.dispatching
+    return sub
+
+
+def refused_not_ready(call: Callable[[], object]) -> None:
+    with pytest.raises(BrokerError) as refused:
+        call()
+    assert refused.value.server_error == pb.ServiceNotReady
+
+
+async def refused_not_ready_async(call: Callable[[], Awaitable[object]]) -> None:
+    with pytest.raises(BrokerError) as refused:
+        await call()
+    assert refused.value.server_error == pb.ServiceNotReady
+
+
+async def test_closing_while_an_admin_call_looks_a_subscription_up(store: MetadataStore) -> None:
+    topic = await live_topic(store)
+    await consumed(topic)
+    # A durable cursor without a subscription yet (``subscribe`` is making it right now).
+    await topic.ml.open_cursor("idle", InitialPosition.Earliest)
+    closing = asyncio.ensure_future(topic.close())
+    await asyncio.sleep(0)  # the close waits for the dispatch loop to stop
+    assert topic.lifecycle is TopicLifecycle.CLOSING
+    assert await topic.subscription("idle") is None  # not taken up while closing
+    await closing  # and the close went through every subscription
+    assert topic.lifecycle is TopicLifecycle.CLOSED
+    assert topic.ml.closed
+
+
+@pytest.mark.parametrize("how", ["close", "delete"])
+async def test_a_topic_going_away_refuses_new_clients_with_service_not_ready(
+    store: MetadataStore, how: str
+) -> None:
+    topic = await live_topic(store)
+    await consumed(topic)
+    going = asyncio.ensure_future(
+        topic.close(disconnect=True) if how == "close" else topic.delete(force=True)
+    )
+    await asyncio.sleep(0)
+    expected = TopicLifecycle.CLOSING if how == "close" else TopicLifecycle.DELETING
+    assert topic.lifecycle is expected
+    cursors = set(topic.ml.cursors)
+    await refused_not_ready_async(
+        lambda: topic.subscribe("late", SubType.Shared, InitialPosition.Earliest)
+    )
+    await refused_not_ready_async(lambda: topic.add_producer(Producer(1, "p", topic, NullSink())))
+    refused_not_ready(lambda: topic.subscribe_non_durable("reader", SubType.Exclusive, None))
+    assert set(topic.ml.cursors) <= cursors  # no cursor was opened for them
+    await going
+    assert topic.lifecycle is TopicLifecycle.CLOSED
+    assert topic.producers == [] and "late" not in topic.subscriptions
+
+
+async def test_a_failed_delete_serves_again(store: MetadataStore) -> None:
+    topic = await live_topic(store)
+
+    async def broken() -> None:
+        raise ManagedLedgerError("the store is down")
+
+    topic.ml.delete = broken  # type: ignore[method-assign]
+    with pytest.raises(ManagedLedgerError):
+        await topic.delete()
+    assert topic.lifecycle is TopicLifecycle.OPEN
+    await topic.subscribe("after", SubType.Shared, InitialPosition.Earliest)
+    await topic.close()
+
+
+async def test_dispatch_ends_when_the_managed_ledger_is_closed_under_it(
+    store: MetadataStore,
+) -> None:
+    topic = await live_topic(store)
+    sub = await consumed(topic)
+    await topic.ml.close()  # deleted or unloaded under a consumer that came back too late
+    await until(lambda: not sub.dispatching, "the dispatch loop ends")
+    await topic.close()
+
+
+async def test_a_changed_publish_rate_tells_the_producers_connections(
+    store: MetadataStore,
+) -> None:
+    topic = await live_topic(store)
+    sink = Producers()
+    await topic.add_producer(Producer(1, "p", topic, sink))
+    limited = EffectivePolicies(publish_rate=PublishRate(publish_throttling_rate_in_msg=10))
+    await topic.apply_policies(limited)
+    assert sink.rate_changes == 1
+    await topic.apply_policies(limited)  # the same rate again: nothing to tell
+    assert sink.rate_changes == 1
+    await topic.apply_policies(EffectivePolicies())  # lifted
+    assert sink.rate_changes == 2 and topic.publish_limiter is None
+    await topic.close()
+
+
+async def test_a_subscription_loaded_with_the_topic_has_no_type_until_a_consumer_comes(
+    store: MetadataStore,
+) -> None:
+    topic = await live_topic(store)
+    await topic.subscribe("made-by-admin", None, InitialPosition.Earliest)
+    await topic.close()
+    ml = ManagedLedger(topic.ml.name, store, topic.ml.bk, topic.ml.config)
+    await ml.open(create=False)
+    topic = PersistentTopic(topic.topic_name, ml)
+    sub = topic.subscriptions["made-by-admin"]
+    assert sub.sub_type is None and sub.type_name == "None"
+    assert await topic.subscribe("made-by-admin", None, InitialPosition.Latest) is sub
+    same = await topic.subscribe("made-by-admin", SubType.Key_Shared, InitialPosition.Latest)
+    assert same is sub and sub.sub_type == SubType.Key_Shared
+    await topic.close()
+
+
+def test_a_refused_ack_is_not_counted() -> None:
+    sub, consumer = subscription(sub_type=pb.CommandSubscribe.Shared)
+    with pytest.raises(BrokerError):
+        sub.ack(consumer, ack(pb.CommandAck.Cumulative, 1))  # not on a Shared subscription
+    assert sub.stats.acks.count == 0 and consumer.stats.acks.count == 0
+    sub.ack(consumer, ack(pb.CommandAck.Individual, 1))
+    assert sub.stats.acks.count == 1
+
+
+def test_a_consumer_told_the_end_of_the_topic_is_forgotten_when_it_leaves() -> None:
+    sub, consumer = subscription()
+    # Added as add_consumer adds it, without a dispatch loop (no event loop here).
+    sub.dispatcher.add_consumer(consumer.slot)
+    sub.consumers[consumer.slot.slot_id] = consumer
+    sub._tell_end_of_topic()
+    assert consumer.slot.slot_id in sub._told_end_of_topic
+    sub.remove_consumer(consumer)
+    assert sub._told_end_of_topic == set()
+
+
+class GatedRecovery:
+    """Stands in for ``Deduplication.start``: fails ``failures`` times, then waits for
+    ``gate`` before doing the real work."""
+
+    def __init__(self, failures: int = 0) -> None:
+        self.gate = asyncio.Event()
+        self.failures = failures
+        self.calls = 0
+        self.real = Deduplication.start
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        async def start(dedup: Deduplication) -> None:
+            await self.run(dedup)
+
+        monkeypatch.setattr(Deduplication, "start", start)
+
+    async def run(self, dedup: Deduplication) -> None:
+        self.calls += 1
+        if self.failures:
+            self.failures -= 1
+            raise ManagedLedgerError("cannot read the topic")
+        await self.gate.wait()
+        await self.real(dedup)
+
+
+async def test_deduplication_is_enabled_in_the_background(
+    store: MetadataStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recovery = GatedRecovery()
+    recovery.install(monkeypatch)
+    topic = await live_topic(store)
+    # The change returns while the state is read back, and the next one is not held up.
+    await asyncio.wait_for(topic.apply_policies(EffectivePolicies(deduplication=True)), 5)
+    assert topic.deduplication_status == "Recovering" and topic.dedup is None
+    ttl = EffectivePolicies(deduplication=True, message_ttl_s=60)
+    await asyncio.wait_for(topic.apply_policies(ttl), 5)
+    # A producer waits for it (its last sequence id is only known then).
+    producer = asyncio.ensure_future(topic.add_producer(Producer(1, "p", topic, NullSink())))
+    await asyncio.sleep(0.05)
+    assert not producer.done()
+    recovery.gate.set()
+    await asyncio.wait_for(producer, 5)
+    assert topic.deduplication_status == "Enabled" and topic.dedup is not None
+    assert recovery.calls == 1
+    await topic.close()
+
+
+async def test_a_failed_deduplication_recovery_is_retried(
+    store: MetadataStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(topic_module, "DEDUP_RETRY_S", 0.01)
+    recovery = GatedRecovery(failures=2)
+    recovery.gate.set()
+    recovery.install(monkeypatch)
+    topic = await live_topic(store)
+    await topic.apply_policies(EffectivePolicies(deduplication=True))
+    with pytest.raises(ManagedLedgerError):
+        await topic.wait_for_deduplication()
+    # Meanwhile producers are told to retry: their sequence ids are not known yet.
+    await refused_not_ready_async(lambda: topic.add_producer(Producer(1, "p", topic, NullSink())))
+    await until(lambda: topic.dedup is not None, "deduplication recovers on a retry")
+    assert recovery.calls == 3 and topic.deduplication_status == "Enabled"
+    await topic.add_producer(Producer(1, "p", topic, NullSink()))
+    # Switched off: its cursor goes, so it holds no ledger back.
+    await topic.apply_policies(EffectivePolicies())
+    assert topic.dedup is None and "pulsar.dedup" not in topic.ml.cursors
+    await topic.close()

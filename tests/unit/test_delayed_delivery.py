@@ -14,6 +14,7 @@ from stripemq.broker.delayed_delivery import DelayedDeliveryTracker
 from stripemq.broker.delivery import DeliveryState, EntryInfo
 from stripemq.broker.dispatch import ConsumerSlot, Dispatcher, RoundRobinDispatcher
 from stripemq.broker.key_shared import KeySharedDispatcher
+from stripemq.broker.namespace_policies import EffectivePolicies
 from stripemq.broker.topic import Consumer, Subscription, entry_info
 from stripemq.clock import now_ms
 from stripemq.errors import ConfigError
@@ -264,6 +265,7 @@ class MemoryLedger:
         self.chain = LedgerChain([LedgerInfo(1)])
         self.data: list[bytes] = []
         self._appended = asyncio.Event()
+        self.terminated_position: Position | None = None  # never terminated
 
     def append(self, entry: bytes) -> None:
         self.data.append(entry)
@@ -294,6 +296,8 @@ class FakeTopic:
     delayed_delivery: DelayedDeliveryConfig
     name: str = "persistent://public/default/delayed"
     topic_name: FakeTopicName = field(default_factory=FakeTopicName)
+    policies: EffectivePolicies = field(default_factory=EffectivePolicies)  # no rate limits
+    dispatch_limiter: None = None
 
 
 @dataclass

@@ -220,3 +220,23 @@ def test_the_transition_table() -> None:
             or L.CLOSED in t.targets(state)
             or any(L.CLOSED in t.targets(s) for s in t.targets(state))
         )
+
+
+async def test_a_terminated_ledger_is_opened_without_a_ledger_to_write(
+    store: MetadataStore,
+) -> None:
+    bk = FakeBookKeeper()
+    ml = await opened(store, bk)
+    await ml.add_entry(b"last")
+    last = await ml.terminate()
+    await ml.close()
+    before = [(info.ledger_id, info.entries) for info in ml.chain]
+    created = len(bk.ledgers)
+    for _ in range(3):  # loaded again and again (unloads, restarts)
+        ml = ManagedLedger("tenant/ns/persistent/t", store, cast(BookKeeper, bk), CONFIG)
+        await ml.open(create=False)
+        assert ml.terminated_position == last and ml.current_ledger_id == -1
+        assert [(info.ledger_id, info.entries) for info in ml.chain] == before
+        assert [e.data for e in await ml.read_entries(ml.chain.first_position(), 10)] == [b"last"]
+        await ml.close()
+    assert len(bk.ledgers) == created  # no ledger made (and dropped) per load

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stripemq.proto.topic_name import InvalidTopicNameError, TopicName
+from stripemq.proto.topic_name import InvalidTopicNameError, TopicName, is_valid_name
 
 
 def test_short_forms_complete_like_pulsar() -> None:
@@ -50,3 +50,14 @@ def test_managed_ledger_names_encode_the_local_name() -> None:
 def test_invalid_names_are_refused(bad: str) -> None:
     with pytest.raises(InvalidTopicNameError):
         TopicName.parse(bad)
+
+
+def test_names_follow_pulsars_named_entity_rule() -> None:
+    """ASCII letters, digits and ``-=:._``, the whole name (``^...$`` would let a trailing
+    newline through)."""
+    assert all(is_valid_name(n) for n in ("public", "a-b_c", "x=1:2.3", "UPPER9"))
+    assert not is_valid_name("a/b")
+    for bad in ("", "caf\u00e9", "\u0661", "name\n", "a b", "a*b"):
+        assert not is_valid_name(bad), repr(bad)
+        with pytest.raises(InvalidTopicNameError):
+            TopicName.parse(f"persistent://{bad}/ns/t")

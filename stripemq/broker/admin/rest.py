@@ -5,7 +5,12 @@ JSON, 404 for something unknown, 409 for something that exists already or is not
 412 for a bad name or a failed precondition, 307 (with ``Location``) to the broker that owns
 a topic, 503 while the broker starts. A ``RestError`` says its status itself; the typed
 errors of ``stripemq.errors`` and of the broker map to a status in ``status_of``; anything
-else is a 500 that is logged, never a dropped connection.
+else is a 500 logged with its traceback (a bug), never a dropped connection.
+
+Also what the resources share to find and reach the broker serving a topic: the names in
+a path (``namespace_of``, ``topic_of``), the broker that serves (or is to serve) a topic's
+bundle (``serving_broker``, deciding as a lookup does), a 307 to it (``redirect_to``), and
+calls to other brokers' admin APIs (``Forwarder``).
 """
 
 from __future__ import annotations
@@ -14,11 +19,14 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import quote, urlencode
 
+import aiohttp
 from aiohttp import web
 
 from stripemq.broker.namespaces import NamespaceNotFoundError
+from stripemq.broker.ownership import BrokerInfo, find_broker
 from stripemq.broker.policies import InvalidPolicyError
 from stripemq.errors import (
     BadVersionError,
@@ -33,15 +41,19 @@ from stripemq.errors import (
 )
 from stripemq.metadata import MetadataStore
 from stripemq.proto import pulsar_api_pb2 as pb
-from stripemq.proto.topic_name import InvalidTopicNameError
+from stripemq.proto.topic_name import InvalidTopicNameError, TopicName, is_valid_name
 
 if TYPE_CHECKING:
     from stripemq.broker.config import BrokerConfig
+    from stripemq.broker.server import BrokerServer
     from stripemq.broker.service import BrokerService
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+T = TypeVar("T")
+# How long a call to another broker's admin API may take.
+FORWARD_TIMEOUT_S = 60.0
 
 
 class RestError(Exception):
@@ -122,12 +134,12 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if exc.status >= 500:
             log.warning("%s %s: %s", request.method, request.path, exc.reason)
         return error_response(exc.status, exc.reason, exc.location)
-    except (StripeMQError, ValueError) as exc:
+    except StripeMQError as exc:
         status = status_of(exc)
         if status >= 500:
-            log.warning("%s %s failed: %s", request.method, request.path, exc)
+            log.exception("%s %s failed", request.method, request.path)
         return error_response(status, str(exc))
-    except Exception as exc:
+    except Exception as exc:  # a bug: a 500 with its traceback in the log
         log.exception("%s %s failed", request.method, request.path)
         return error_response(500, f"internal error: {exc!r}")
 
@@ -145,11 +157,11 @@ async def read_json(request: web.Request, *, required: bool = True) -> Any:
         raise RestError(400, f"the body is not valid JSON: {exc}") from None
 
 
-def ok_json(value: object, status: int = 200) -> web.Response:
+def ok_json(value: object) -> web.Response:
     """A JSON answer (``None`` answers 204 with no body, as Pulsar does for unset values)."""
     if value is None:
         return web.Response(status=204)
-    return web.json_response(value, status=status, dumps=_dumps)
+    return web.json_response(value, dumps=_dumps)
 
 
 def _dumps(value: object) -> str:
@@ -162,11 +174,151 @@ def no_content() -> web.Response:
 
 
 def flag(request: web.Request, name: str, default: bool = False) -> bool:
-    """A boolean query parameter (``?force=true``, ``?authoritative``)."""
+    """A boolean query parameter (``?force=true``), read as Jersey reads a ``boolean``:
+    true only for ``true`` (any case); an empty ``?force`` is false."""
     raw = request.query.get(name)
     if raw is None:
         return default
-    return raw.lower() in ("", "true", "1", "yes")
+    return raw.lower() == "true"
+
+
+# --------------------------------------------------------------------------- names in paths
+
+
+def name_in_path(request: web.Request, key: str) -> str:
+    """The ``{key}`` (``tenant``, ``cluster``) of the path; 412 "Tenant name is not valid"
+    (or "Cluster ...") unless it is a valid name."""
+    name = request.match_info[key]
+    if not is_valid_name(name):
+        raise precondition_failed(f"{key.capitalize()} name is not valid")
+    return name
+
+
+def namespace_of(request: web.Request) -> str:
+    """``tenant/namespace`` of the path; 412 unless both parts are valid names."""
+    tenant, namespace = request.match_info["tenant"], request.match_info["namespace"]
+    if not is_valid_name(tenant) or not is_valid_name(namespace):
+        raise precondition_failed("Namespace name is not valid")
+    return f"{tenant}/{namespace}"
+
+
+def topic_of(request: web.Request) -> TopicName:
+    """The persistent topic of the path (``{tenant}/{namespace}/{topic}``); 412 if it is
+    not a valid name."""
+    info = request.match_info
+    try:
+        return TopicName.parse(f"persistent://{info['tenant']}/{info['namespace']}/{info['topic']}")
+    except InvalidTopicNameError as exc:
+        raise precondition_failed(f"invalid topic name: {exc}") from None
+
+
+def topic_url(web_url: str, topic: TopicName, suffix: str = "") -> str:
+    """The admin API's URL of ``topic`` on the broker at ``web_url`` (``suffix``: a
+    sub-resource such as ``/stats``)."""
+    return f"{web_url.rstrip('/')}/admin/v2/{topic.rest_path}{suffix}"
+
+
+# --------------------------------------------------------------------------- other brokers
+
+
+def redirect_to(web_url: str, request: web.Request, *, authoritative: bool = False) -> RestError:
+    """307 to the same path and query on the broker at ``web_url``; with ``authoritative``
+    the query says ``authoritative=true`` (that broker is to take the bundle, as a lookup
+    tells it)."""
+    query = dict(request.query)
+    if authoritative:
+        query["authoritative"] = "true"
+    location = f"{web_url.rstrip('/')}{request.rel_url.raw_path}"
+    if query:
+        location += "?" + urlencode(query, quote_via=quote)
+    return redirect(location)
+
+
+async def serving_broker(
+    ctx: AdminContext, request: web.Request, topic: TopicName
+) -> tuple[BrokerInfo, bool]:
+    """The broker serving ``topic``'s bundle, and whether it was picked just now.
+
+    A bundle nobody owns is assigned as the binary protocol's lookup assigns it: taken here
+    when ``?authoritative`` or when this broker is the least loaded; otherwise the
+    least-loaded broker is picked (``True``), and takes the bundle when it is asked with
+    ``authoritative=true``. Raises ``NamespaceNotFoundError`` having written nothing."""
+    service = ctx.service
+    me = BrokerInfo(service.me.broker_id, service.service_url, ctx.web_url)
+    bundle = await service.bundle_of(topic)
+    if bundle in service.ownership.owned:
+        return me, False
+    owner = await service.ownership.owner_info(bundle)
+    if owner is None:
+        url = await service.lookup(topic, flag(request, "authoritative"))
+        if url == service.service_url:
+            return me, False
+        owner = await service.ownership.owner_info(bundle)  # taken meanwhile?
+        if owner is None:
+            return (await find_broker(service.store, url)) or BrokerInfo(url, url), True
+    return (me if owner.service_url == service.service_url else owner), False
+
+
+class Forwarder:
+    """Calls to the admin APIs of other brokers (or of this one, to go through a topic's
+    own resource wherever it is served), on one HTTP session opened on first use;
+    redirects are followed with their method and body."""
+
+    def __init__(self) -> None:
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> Forwarder:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def call(
+        self,
+        method: str,
+        url: str,
+        *,
+        body: object = None,
+        query: dict[str, str] | None = None,
+    ) -> Any:
+        """The answer (JSON decoded; its text when it is not JSON; ``None`` if empty).
+
+        Raises ``RestError`` with the remote status and reason, 502 when the broker cannot
+        be reached."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S)
+            )
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"} if data is not None else None
+        try:
+            async with self._session.request(
+                method, url, params=query, data=data, headers=headers
+            ) as response:
+                raw = await response.read()
+                status = response.status
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise RestError(502, f"{method} {url} failed: {exc!r}") from None
+        if status >= 400:
+            raise RestError(status, reason_of(raw) or f"{method} {url}: HTTP {status}")
+        text = raw.decode(errors="replace")
+        try:
+            return json.loads(text) if text.strip() else None
+        except ValueError:
+            return text
+
+
+def reason_of(raw: bytes) -> str:
+    """The reason of another broker's error answer (``{"reason": ...}``, else its text)."""
+    text = raw.decode(errors="replace").strip()
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return text[:500]
+    if isinstance(doc, dict) and isinstance(doc.get("reason"), str):
+        return str(doc["reason"])
+    return text[:500]
 
 
 @dataclass
@@ -178,6 +330,8 @@ class AdminContext:
     web_url: str
     get_service: Callable[[], BrokerService | None]
     get_store: Callable[[], MetadataStore | None]
+    # The protocol server (its client connections, for /metrics); None while it starts.
+    get_server: Callable[[], BrokerServer | None] = lambda: None
 
     @property
     def cluster(self) -> str:
@@ -185,14 +339,15 @@ class AdminContext:
 
     @property
     def service(self) -> BrokerService:
-        service = self.get_service()
-        if service is None:
-            raise RestError(503, "the broker is not ready")
-        return service
+        return _ready(self.get_service())
 
     @property
     def store(self) -> MetadataStore:
-        store = self.get_store()
-        if store is None:
-            raise RestError(503, "the broker is not ready")
-        return store
+        return _ready(self.get_store())
+
+
+def _ready(part: T | None) -> T:
+    """A part of the broker that is there once it serves (503 until then)."""
+    if part is None:
+        raise RestError(503, "the broker is not ready")
+    return part

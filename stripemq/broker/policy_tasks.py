@@ -1,0 +1,104 @@
+"""The broker's periodic policy checks over the topics it serves.
+
+- Message TTL, every ``message_expiry_check_interval_in_minutes`` (Pulsar's
+  ``messageExpiryCheckIntervalInMinutes``, 5): each topic whose effective TTL is set has its
+  subscriptions moved past expired messages (``message_expiry.expire_topic``).
+- Backlog quotas, every ``backlog_quota_check_interval_in_seconds`` (Pulsar's
+  ``backlogQuotaCheckIntervalInSeconds``, 60) unless ``backlog_quota_check_enabled`` is off:
+  each topic over a quota is dealt with by its policy (``backlog_monitor.enforce``).
+
+A failure on one topic is logged and the check goes on with the next; a check never stops
+the broker, and the next round tries again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING
+
+from stripemq.broker.backlog_monitor import enforce
+from stripemq.broker.message_expiry import expire_topic
+from stripemq.errors import StripeMQError
+
+if TYPE_CHECKING:
+    from stripemq.broker.topic import PersistentTopic
+
+log = logging.getLogger(__name__)
+
+
+class PeriodicTask:
+    """Runs ``work`` every ``interval_s`` seconds until stopped (0 or less: never)."""
+
+    def __init__(self, name: str, interval_s: float, work: Callable[[], Awaitable[None]]) -> None:
+        self.name = name
+        self.interval_s = interval_s
+        self.work = work
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self.interval_s > 0 and self._task is None:
+            self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            try:
+                await self.work()
+            except Exception:
+                log.exception("%s check failed; trying again in %gs", self.name, self.interval_s)
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+class PolicyChecks:
+    """The TTL and backlog-quota checks over ``topics()`` (the topics served now)."""
+
+    def __init__(
+        self,
+        topics: Callable[[], Iterable[PersistentTopic]],
+        *,
+        message_expiry_interval_s: float,
+        backlog_quota_interval_s: float,
+    ) -> None:
+        self.topics = topics
+        self.tasks = [
+            PeriodicTask("message expiry", message_expiry_interval_s, self.check_message_expiry),
+            PeriodicTask("backlog quota", backlog_quota_interval_s, self.check_backlog_quotas),
+        ]
+
+    def start(self) -> None:
+        for task in self.tasks:
+            task.start()
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            await task.stop()
+
+    async def check_message_expiry(self) -> None:
+        for topic in list(self.topics()):
+            ttl = topic.policies.message_ttl_s
+            if ttl > 0 and topic.serving:
+                await self._check(topic, "message expiry", expire_topic(topic, ttl))
+
+    async def check_backlog_quotas(self) -> None:
+        for topic in list(self.topics()):
+            if topic.serving:
+                await self._check(topic, "backlog quota check", enforce(topic))
+
+    @staticmethod
+    async def _check(topic: PersistentTopic, what: str, work: Awaitable[object]) -> None:
+        """One topic's check: whatever it raises is logged, and the round goes on."""
+        try:
+            await work
+        except StripeMQError as exc:
+            log.warning("[%s] %s failed: %s", topic.name, what, exc)
+        except Exception:
+            log.exception("[%s] %s failed", topic.name, what)

@@ -1,0 +1,47 @@
+"""``stripemq.broker.ownership``: bundles split by the namespace's bundle count, which
+bundle a topic is in, and the registered brokers (the least loaded picked)."""
+
+from __future__ import annotations
+
+from stripemq.broker.ownership import (
+    BROKERS_ROOT,
+    FULL_RANGE,
+    BrokerInfo,
+    Ownership,
+    bundle_of,
+    find_broker,
+    registered_brokers,
+)
+from stripemq.metadata import MetadataStore
+from stripemq.proto.topic_name import TopicName
+
+A = BrokerInfo("a:6650", "pulsar://a:6650", "http://a:8080")
+B = BrokerInfo("b:6650", "pulsar://b:6650", "http://b:8080")
+
+
+def test_bundles_split_by_the_count() -> None:
+    names = [TopicName.parse(f"public/default/t{i}") for i in range(200)]
+    for count in (1, 4, 8, 16):
+        bundles = {bundle_of(name, count) for name in names}
+        assert len(bundles) <= count
+        for bundle in bundles:
+            assert (bundle.end - bundle.start) in (FULL_RANGE // count, FULL_RANGE - bundle.start)
+        for name in names:
+            assert bundle_of(name, count).contains(name)
+            others = {bundle_of(n, count) for n in names} - {bundle_of(name, count)}
+            assert not any(other.contains(name) for other in others)
+    assert bundle_of(names[0], 1).name == "0x00000000_0xffffffff"
+    assert not bundle_of(names[0]).contains(TopicName.parse("other/ns/t0"))
+
+
+async def test_registered_brokers_and_the_least_loaded(store: MetadataStore) -> None:
+    ownership = Ownership(store, A)
+    await ownership.register()
+    await store.create(f"{BROKERS_ROOT}/{B.broker_id}", B.encode(bundles=0), ephemeral=True)
+    await store.create(f"{BROKERS_ROOT}/junk", b"not json", ephemeral=True)
+    await ownership.try_acquire(bundle_of(TopicName.parse("public/default/x")))
+    registered = {r.info.broker_id: r.bundles for r in await registered_brokers(store)}
+    assert registered == {"a:6650": 1, "b:6650": 0}
+    assert await ownership.least_loaded_broker() == B.service_url
+    assert await find_broker(store, B.service_url) == B
+    assert await find_broker(store, "pulsar://nobody:6650") is None

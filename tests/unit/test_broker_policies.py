@@ -1,0 +1,97 @@
+"""``stripemq.broker.policies``: the policy records, sans-IO. A body's missing fields take
+the defaults of Pulsar's DTOs; a document of the wrong shape (a map that is not an object,
+clusters that are not a list of names) is an ``InvalidPolicyError``, never a TypeError."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from stripemq.broker.policies import (
+    AutoTopicCreationOverride,
+    BacklogQuota,
+    BacklogQuotaPolicy,
+    DispatchRate,
+    InvalidPolicyError,
+    Policies,
+    PublishRate,
+    RetentionPolicies,
+    TopicType,
+    bundle_boundaries,
+)
+
+
+def test_missing_fields_take_pulsars_dto_defaults() -> None:
+    assert PublishRate.parse({}) == PublishRate(-1, -1)
+    assert PublishRate.parse({"publishThrottlingRateInMsg": 10}) == PublishRate(10, -1)
+    assert DispatchRate.parse({"dispatchThrottlingRateInMsg": 10}) == DispatchRate(10, -1, 1, False)
+    assert DispatchRate.parse({"dispatchThrottlingRateInByte": None}) == DispatchRate()
+    assert RetentionPolicies.parse({}) == RetentionPolicies(0, 0)
+    assert BacklogQuota.parse({"policy": "producer_exception"}) == BacklogQuota(
+        -1, -1, BacklogQuotaPolicy.PRODUCER_EXCEPTION
+    )
+    assert AutoTopicCreationOverride.parse({}) == AutoTopicCreationOverride(
+        False, TopicType.NON_PARTITIONED, None
+    )
+
+
+@pytest.mark.parametrize(
+    ("parse", "body"),
+    [
+        (PublishRate.parse, {"publishThrottlingRateInMsg": "fast"}),
+        (PublishRate.parse, [1]),
+        (DispatchRate.parse, {"ratePeriodInSecond": 0}),
+        (DispatchRate.parse, {"relativeToPublishRate": "yes"}),
+        (RetentionPolicies.parse, {"retentionTimeInMinutes": 10}),  # size 0, time not
+        (AutoTopicCreationOverride.parse, {"allowAutoTopicCreation": "true"}),
+        (AutoTopicCreationOverride.parse, {"allowAutoTopicCreation": True,
+                                           "topicType": "partitioned"}),
+        (AutoTopicCreationOverride.parse, {"topicType": "partitioned", "defaultNumPartitions": 0}),
+    ],
+)  # fmt: skip
+def test_bad_bodies_are_invalid(parse: Any, body: object) -> None:
+    with pytest.raises(InvalidPolicyError):
+        parse(body)
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"replication_clusters": 5},
+        {"replication_clusters": "standalone"},
+        {"replication_clusters": ["a", 1]},
+        {"backlog_quota_map": [1]},
+        {"publishMaxMessageRate": [1]},
+        {"clusterDispatchRate": "x"},
+        {"subscriptionDispatchRate": 3},
+        {"bundles": "many"},
+        {"bundles": 0},
+    ],
+)
+def test_documents_of_the_wrong_shape_are_invalid(doc: dict[str, Any]) -> None:
+    with pytest.raises(InvalidPolicyError):
+        Policies.from_json(doc)
+
+
+def test_documents_read_back_what_they_wrote() -> None:
+    policies = Policies(
+        bundles=8,
+        replication_clusters=("east", "west"),
+        retention=RetentionPolicies(60, 100),
+        message_ttl_in_seconds=30,
+        publish_rates={"east": PublishRate(5, -1)},
+        dispatch_rates={"east": DispatchRate(7)},
+        auto_topic_creation=AutoTopicCreationOverride(True, TopicType.PARTITIONED, 3),
+    )
+    assert Policies.from_json(policies.to_json()) == policies
+    assert (
+        Policies.from_json({"replication_clusters": None, "backlog_quota_map": None}) == Policies()
+    )
+    assert bundle_boundaries(4) == [
+        "0x00000000",
+        "0x40000000",
+        "0x80000000",
+        "0xc0000000",
+        "0xffffffff",
+    ]
