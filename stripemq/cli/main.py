@@ -1,51 +1,51 @@
 """``stripemq`` entry point: ``standalone``, ``broker``, ``bookie``, ``autorecovery``,
-``shell`` and ``client`` (more roles come with their issues).
+``shell``, ``client``, ``admin`` and ``initialize-cluster-metadata``.
 
 A role with settings (``ROLE_CONFIGS``) takes ``--conf FILE``, ``-c KEY=VALUE`` and
 ``--print-config``, plus one option per setting declared with ``option=`` in its settings
 dataclass (``--port``, ``--metadata``, ...): the option's help is the setting's doc.
+
+Each role's modules are imported only when that role runs (or when the whole parser is
+built, for ``--help``): ``stripemq admin`` imports none of them.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 import logging
-import signal
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from stripemq.bookie.autorecovery import (
-    AutoRecoveryConfig,
-    AutoRecoveryService,
-    UnderReplicationManager,
-    current_auditor,
-)
-from stripemq.bookie.config import BookieConfig
-from stripemq.bookie.server import BookieServer
-from stripemq.broker.app import BrokerApp
-from stripemq.broker.config import BrokerConfig
-from stripemq.cli.client import add_client_parser, run_client
-from stripemq.cli.shell import add_shell_parser, run_shell
-from stripemq.config import describe, format_value, load_config, parse_overrides, render_settings
-from stripemq.errors import StripeMQError
-from stripemq.metadata import create_metadata_store
-from stripemq.standalone import Standalone, StandaloneConfig
+if TYPE_CHECKING:
+    from stripemq.standalone import Standalone
 
 log = logging.getLogger("stripemq.cli")
 
 T = TypeVar("T")
 
-# The settings dataclass of each role that has settings (``--print-config``, the README's
-# settings tables through scripts/gen_settings_docs.py).
-ROLE_CONFIGS: dict[str, type[Any]] = {
-    "standalone": StandaloneConfig,
-    "broker": BrokerConfig,
-    "bookie": BookieConfig,
-    "autorecovery": AutoRecoveryConfig,
-}
+
+def role_configs() -> dict[str, type[Any]]:
+    """The settings dataclass of each role that has settings (``--print-config``, the
+    README's settings tables through scripts/gen_settings_docs.py)."""
+    from stripemq.bookie.autorecovery import AutoRecoveryConfig
+    from stripemq.bookie.config import BookieConfig
+    from stripemq.broker.config import BrokerConfig
+    from stripemq.standalone import StandaloneConfig
+
+    return {
+        "standalone": StandaloneConfig,
+        "broker": BrokerConfig,
+        "bookie": BookieConfig,
+        "autorecovery": AutoRecoveryConfig,
+    }
+
+
+def __getattr__(name: str) -> Any:
+    """``ROLE_CONFIGS``, made on first use (importing this module stays cheap)."""
+    if name == "ROLE_CONFIGS":
+        return role_configs()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _option_dest(name: str) -> str:
@@ -55,6 +55,8 @@ def _option_dest(name: str) -> str:
 def _add_common(parser: argparse.ArgumentParser, settings: type) -> None:
     """The options of a role with settings: one per setting that names an option, then
     ``--conf``, ``-c``, ``--print-config`` and ``--log-level``."""
+    from stripemq.config import describe, format_value
+
     for item in describe(settings):
         if item.option:
             about = f"default {format_value(item.default)}"
@@ -86,6 +88,8 @@ def _add_common(parser: argparse.ArgumentParser, settings: type) -> None:
 
 def _option_values(args: argparse.Namespace, settings: type) -> dict[str, object]:
     """The settings given by their own command-line options (``--port 6651``)."""
+    from stripemq.config import describe
+
     values: dict[str, object] = {}
     for item in describe(settings):
         value = getattr(args, _option_dest(item.name), None) if item.option else None
@@ -96,30 +100,38 @@ def _option_values(args: argparse.Namespace, settings: type) -> dict[str, object
 
 def _load(args: argparse.Namespace, settings: type[T]) -> T:
     """``settings`` from its defaults, ``--conf``, ``STRIPEMQ_*``, its options and ``-c``."""
+    from stripemq.config import load_config, parse_overrides
+
     overrides = _option_values(args, settings)
     overrides.update(parse_overrides(args.overrides))
     return load_config(settings, args.conf, overrides)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from stripemq.cli.admin import add_admin_parser
+    from stripemq.cli.client import add_client_parser
+    from stripemq.cli.initialize import add_initialize_parser
+    from stripemq.cli.shell import add_shell_parser
+
+    configs = role_configs()
     parser = argparse.ArgumentParser(prog="stripemq", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     standalone = sub.add_parser(
         "standalone", help="embedded metadata store, one bookie and one broker in one process"
     )
-    _add_common(standalone, StandaloneConfig)
+    _add_common(standalone, configs["standalone"])
 
     broker = sub.add_parser("broker", help="run a broker (Pulsar protocol on 6650)")
-    _add_common(broker, BrokerConfig)
+    _add_common(broker, configs["broker"])
 
     bookie = sub.add_parser("bookie", help="run a bookie (storage node)")
-    _add_common(bookie, BookieConfig)
+    _add_common(bookie, configs["bookie"])
 
     autorecovery = sub.add_parser(
         "autorecovery", help="run auto-recovery (auditor candidate and replication workers)"
     )
-    _add_common(autorecovery, AutoRecoveryConfig)
+    _add_common(autorecovery, configs["autorecovery"])
     once = autorecovery.add_mutually_exclusive_group()
     once.add_argument(
         "--disable", action="store_true", help="switch auto-recovery off cluster-wide, then exit"
@@ -133,6 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_shell_parser(sub)
     add_client_parser(sub)
+    add_admin_parser(sub)
+    add_initialize_parser(sub)
     return parser
 
 
@@ -146,6 +160,9 @@ async def _serve_until_signalled(
     server: _Service,
     cleanup: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
+    import asyncio
+    import signal
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -159,10 +176,23 @@ async def _serve_until_signalled(
 
 
 async def _run_bookie(args: argparse.Namespace) -> None:
+    from stripemq.bookie.config import BookieConfig
+    from stripemq.bookie.server import BookieServer
+
     await _serve_until_signalled(BookieServer(_load(args, BookieConfig)))
 
 
 async def _run_autorecovery(args: argparse.Namespace) -> None:
+    import json
+
+    from stripemq.bookie.autorecovery import (
+        AutoRecoveryConfig,
+        AutoRecoveryService,
+        UnderReplicationManager,
+        current_auditor,
+    )
+    from stripemq.metadata import create_metadata_store
+
     config = _load(args, AutoRecoveryConfig)
     if not (args.disable or args.enable or args.status):
         await _serve_until_signalled(AutoRecoveryService(config.metadata_service_uri, config))
@@ -194,6 +224,9 @@ async def _run_autorecovery(args: argparse.Namespace) -> None:
 
 
 def _standalone(args: argparse.Namespace) -> Standalone:
+    from stripemq.config import load_config, parse_overrides
+    from stripemq.standalone import Standalone, StandaloneConfig
+
     # The standalone's own settings come from its options only: a settings file, STRIPEMQ_*
     # variables and -c hold bookie and broker settings (data_dir there is the bookie's).
     config = load_config(StandaloneConfig, None, _option_values(args, StandaloneConfig), {})
@@ -205,19 +238,26 @@ async def _run_standalone(args: argparse.Namespace) -> None:
 
 
 async def _run_broker(args: argparse.Namespace) -> None:
+    from stripemq.broker.app import BrokerApp
+    from stripemq.broker.config import BrokerConfig
+
     await _serve_until_signalled(BrokerApp(_load(args, BrokerConfig)))
 
 
 def config_text(args: argparse.Namespace) -> str:
     """What ``stripemq <role> --print-config`` prints: the role's settings, after its
     defaults, ``--conf``, ``STRIPEMQ_*`` variables and options, as a commented TOML file."""
+    from stripemq.bookie.config import BookieConfig
+    from stripemq.broker.config import BrokerConfig
+    from stripemq.config import describe, render_settings
+
     role = args.command
     head = (
         f"# stripemq {role} settings: defaults, then --conf, STRIPEMQ_* variables and options.\n"
         "# Each setting: its help, then (type; default; Pulsar name; option), then its value.\n"
     )
     if role != "standalone":
-        return f"{head}\n{render_settings(_load(args, ROLE_CONFIGS[role]))}"
+        return f"{head}\n{render_settings(_load(args, role_configs()[role]))}"
     standalone = _standalone(args)
     bookie, broker = standalone.bookie_config, standalone.broker_config
     shared = sorted(
@@ -237,14 +277,35 @@ def config_text(args: argparse.Namespace) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["admin"]:  # before any role's modules are imported
+        from stripemq.cli.admin import main as admin_main
+
+        sys.exit(admin_main(argv[1:]))
     args = build_parser().parse_args(argv)
     if args.command == "client":  # blocking, with its own event loop thread
+        from stripemq.cli.client import run_client
+
         logging.basicConfig(level=args.log_level.upper())
         sys.exit(run_client(args))
+    if args.command == "admin":  # (reached only when the fast path above was bypassed)
+        from stripemq.cli.admin import run_admin
+
+        sys.exit(run_admin(args))
+    if args.command == "initialize-cluster-metadata":
+        from stripemq.cli.initialize import run_initialize
+
+        logging.basicConfig(level=args.log_level.upper())
+        sys.exit(run_initialize(args))
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    import asyncio
+
+    from stripemq.cli.shell import run_shell
+    from stripemq.errors import StripeMQError
+
     if getattr(args, "print_config", False):
         try:
             sys.stdout.write(config_text(args))

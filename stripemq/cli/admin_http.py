@@ -1,0 +1,180 @@
+"""The HTTP side of ``stripemq admin``: one request at a time to a broker's ``/admin/v2``
+API, with the standard library only (``http.client``), so a command starts in a few tens
+of milliseconds.
+
+A 307 or 308 (a broker that does not own the topic names the one that does) is followed by
+hand for every method, re-sending the same body: ``urllib`` drops the body of a redirected
+PUT, POST or DELETE. An answer of 400 or more raises ``AdminHttpError`` with the server's
+reason (Pulsar's ``{"reason": ...}``, else the body's text, else the status phrase) and the
+method and URL of the request that got it; a broker that cannot be reached raises
+``AdminConnectionError``. Nothing here prints.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+from typing import Any
+from urllib.parse import urlencode, urljoin, urlsplit
+
+MAX_REDIRECTS = 5
+REDIRECTS = (307, 308)  # same method and body again (301-303 may turn into a GET)
+
+
+class AdminError(Exception):
+    """A request that did not succeed; ``str()`` says why and where."""
+
+
+class AdminHttpError(AdminError):
+    """The broker answered with an error status."""
+
+    def __init__(self, status: int, reason: str, method: str, url: str) -> None:
+        super().__init__(f"{reason} (HTTP {status}, {method} {url})")
+        self.status = status
+        self.reason = reason
+        self.method = method
+        self.url = url
+
+
+class AdminConnectionError(AdminError):
+    """No answer: the broker is not reachable at that URL, or the connection broke."""
+
+    def __init__(self, method: str, url: str, cause: BaseException) -> None:
+        super().__init__(f"cannot reach the broker: {cause} ({method} {url})")
+        self.method = method
+        self.url = url
+
+
+class Response:
+    """A successful answer (after redirects): status, headers in order, raw body."""
+
+    def __init__(self, status: int, headers: list[tuple[str, str]], body: bytes, url: str) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.url = url
+
+    def header(self, name: str) -> str | None:
+        lower = name.lower()
+        return next((v for k, v in self.headers if k.lower() == lower), None)
+
+    def json(self) -> Any:
+        """The body as JSON; ``None`` for no body (Pulsar answers 204 for an unset value),
+        the body's text when it is not JSON (``/brokers/version``, ``/brokers/health``)."""
+        if self.status == 204 or not self.body.strip():
+            return None
+        text = self.body.decode("utf-8", errors="replace")
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text.strip()
+
+
+class AdminClient:
+    """Requests against one admin URL (``http://host:8080``, optionally with a path)."""
+
+    def __init__(self, base_url: str, timeout: float = 60.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+
+    def url(self, path: str, query: dict[str, object] | None = None) -> str:
+        params = {k: _query_value(v) for k, v in (query or {}).items() if v is not None}
+        suffix = f"?{urlencode(params)}" if params else ""
+        return f"{self.base_url}{path}{suffix}"
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, object] | None = None,
+        body: object = None,
+        raw_body: bytes | None = None,
+    ) -> Response:
+        """Send ``method`` to ``path`` with ``body`` as JSON (``raw_body`` as it is).
+
+        Raises:
+            AdminHttpError: the broker answered 400 or more.
+            AdminConnectionError: the broker could not be reached.
+        """
+        data = raw_body
+        if data is None and body is not None:
+            data = json.dumps(body).encode()
+        url = self.url(path, query)
+        for _ in range(MAX_REDIRECTS + 1):
+            status, headers, content = self._send(method, url, data)
+            location = _header(headers, "location")
+            if status in REDIRECTS and location:
+                url = urljoin(url, location)
+                continue
+            if status >= 400:
+                raise AdminHttpError(status, _reason(status, content), method, url)
+            return Response(status, headers, content, url)
+        raise AdminHttpError(310, f"more than {MAX_REDIRECTS} redirects", method, url)
+
+    def get(self, path: str, **kw: Any) -> Response:
+        return self.request("GET", path, **kw)
+
+    def put(self, path: str, **kw: Any) -> Response:
+        return self.request("PUT", path, **kw)
+
+    def post(self, path: str, **kw: Any) -> Response:
+        return self.request("POST", path, **kw)
+
+    def delete(self, path: str, **kw: Any) -> Response:
+        return self.request("DELETE", path, **kw)
+
+    def _send(
+        self, method: str, url: str, data: bytes | None
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise AdminConnectionError(method, url, ValueError("not an http(s) URL"))
+        connection_class = (
+            http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        )
+        target = parts.path or "/"
+        if parts.query:
+            target += f"?{parts.query}"
+        headers = {"Accept": "application/json", "User-Agent": "stripemq-admin"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        connection = connection_class(parts.hostname, parts.port, timeout=self.timeout)
+        try:
+            connection.request(method, target, body=data, headers=headers)
+            answer = connection.getresponse()
+            return answer.status, answer.getheaders(), answer.read()
+        except (OSError, http.client.HTTPException) as exc:
+            raise AdminConnectionError(method, url, exc) from None
+        finally:
+            connection.close()
+
+
+def _header(headers: list[tuple[str, str]], name: str) -> str | None:
+    return next((v for k, v in headers if k.lower() == name), None)
+
+
+def _query_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _reason(status: int, content: bytes) -> str:
+    """The server's reason for an error answer."""
+    text = content.decode("utf-8", errors="replace").strip()
+    try:
+        doc = json.loads(text) if text else None
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict):
+        for key in ("reason", "message", "error"):
+            if isinstance(doc.get(key), str) and doc[key]:
+                return str(doc[key])
+    if text and len(text) < 1000 and not text.lstrip().startswith("<"):
+        return text
+    try:
+        phrase = http.client.responses[status]
+    except KeyError:
+        phrase = "error"
+    return phrase
