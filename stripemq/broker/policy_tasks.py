@@ -36,6 +36,7 @@ class PeriodicTask:
         self.name = name
         self.interval_s = interval_s
         self.work = work
+        self.rounds = 0  # rounds finished (what a test waits on to show a check left alone)
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -49,6 +50,7 @@ class PeriodicTask:
                 await self.work()
             except Exception:
                 log.exception("%s check failed; trying again in %gs", self.name, self.interval_s)
+            self.rounds += 1
 
     async def stop(self) -> None:
         task, self._task = self._task, None

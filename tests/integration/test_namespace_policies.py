@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -80,6 +81,14 @@ async def set_policies(store: MetadataStore, namespace: str, **changes: Any) -> 
     await write_policies(store, namespace, policies.with_(**changes), version)
 
 
+async def rounds_pass(broker: BrokerServer, check: str, count: int = 2) -> None:
+    """Let ``count`` more rounds of a periodic check finish (to show what it leaves)."""
+    assert broker.service is not None
+    task = next(t for t in broker.service.policy_checks.tasks if t.name == check)
+    target = task.rounds + count
+    await until(lambda: task.rounds >= target, f"{count} rounds of the {check} check")
+
+
 def served(broker: BrokerServer, topic: str) -> PersistentTopic:
     assert broker.service is not None
     return broker.service.topics[str(TopicName.parse(topic))]
@@ -141,7 +150,7 @@ async def test_a_ttl_expires_the_backlog_of_a_served_topic(
     served_topic = served(broker, topic)
     cursor = served_topic.ml.cursors["sub"]
     assert cursor.backlog == 20
-    await asyncio.sleep(1.5)  # nothing expires without a TTL: the checks run meanwhile
+    await rounds_pass(broker, "message expiry")  # nothing expires without a TTL
     assert cursor.backlog == 20
 
     await set_policies(store, namespace, message_ttl_in_seconds=1)
@@ -154,7 +163,7 @@ async def test_a_ttl_expires_the_backlog_of_a_served_topic(
     await set_policies(store, namespace, message_ttl_in_seconds=None)
     await until(lambda: served_topic.policies.message_ttl_s == 0, "the TTL is removed")
     await asyncio.to_thread(produce, url, topic, 5)
-    await asyncio.sleep(2.5)
+    await rounds_pass(broker, "message expiry")
     assert served_topic.ml.cursors["sub"].backlog == 5
 
 
@@ -246,7 +255,7 @@ async def test_a_producer_request_hold_quota_holds_producers_until_it_clears(
         receipts: list[str] = []
         for _ in range(3):
             producer.send_async(b"held", lambda res, _id: receipts.append(str(res)))
-        await asyncio.sleep(2)
+        await rounds_pass(broker, "backlog quota")
         assert receipts == []  # held in the client, which keeps trying to reconnect
         assert served_topic.producers == []
         outcome = await asyncio.to_thread(create_producer_outcome, url, topic, 10)
@@ -331,12 +340,18 @@ def publish_rate_observed(url: str, topic: str, count: int) -> float:
         producer = c.create_producer(topic, batching_enabled=False, max_pending_messages=count + 10)
         producer.send(b"warm-up")
         done: list[float] = []
+        all_done = threading.Event()
+
+        def receipt(_res: object, _id: object) -> None:
+            done.append(time.monotonic())
+            if len(done) == count:
+                all_done.set()
+
         start = time.monotonic()
         for i in range(count):
-            producer.send_async(f"{i}".encode(), lambda _res, _id: done.append(time.monotonic()))
+            producer.send_async(f"{i}".encode(), receipt)
         producer.flush()
-        while len(done) < count:
-            time.sleep(0.01)
+        assert all_done.wait(60), f"{len(done)} of {count} receipts"
         elapsed = max(done) - start
         producer.close()
         return count / elapsed

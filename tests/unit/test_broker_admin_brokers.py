@@ -4,7 +4,6 @@ leader election itself, between brokers on separate metadata sessions."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -104,13 +103,24 @@ async def test_one_leader_and_a_successor() -> None:
         await stores[0].close()
 
 
-async def test_a_stale_node_is_not_taken_for_ours(store: MetadataStore) -> None:
+async def test_a_stale_node_is_not_taken_for_ours(
+    store: MetadataStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     other = json.dumps({"serviceUrl": "http://x:1", "brokerId": "a:8080", "token": "old"})
     await store.create(LEADER_PATH, other.encode())  # persistent: it stays
+    reads = 0
+    real_get = store.get
+
+    async def counting_get(path: str) -> object:
+        nonlocal reads
+        reads += path == LEADER_PATH
+        return await real_get(path)
+
+    monkeypatch.setattr(store, "get", counting_get)
     election = LeaderElection(store, LeaderBroker("http://a:8080", "a:8080"))
     election.start()
     try:
-        await asyncio.sleep(0.1)  # its attempts meanwhile find the node taken
+        await until(lambda: reads >= 1, "the election reads the node it could not take")
         assert not election.is_leader
         await store.delete(LEADER_PATH)
         await until(lambda: election.is_leader, timeout=5)

@@ -335,7 +335,8 @@ async def test_deduplication_is_enabled_in_the_background(
     await asyncio.wait_for(topic.apply_policies(ttl), 5)
     # A producer waits for it (its last sequence id is only known then).
     producer = asyncio.ensure_future(topic.add_producer(Producer(1, "p", topic, NullSink())))
-    await asyncio.sleep(0.05)
+    for _ in range(10):  # loop turns enough for it to be admitted if it were not held
+        await asyncio.sleep(0)
     assert not producer.done()
     recovery.gate.set()
     await asyncio.wait_for(producer, 5)
