@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeAlias
@@ -26,7 +27,7 @@ from stripemq.broker import limits
 from stripemq.broker.dedup import DupStatus
 from stripemq.broker.dispatch import ConsumerSlot
 from stripemq.broker.service import BrokerService
-from stripemq.broker.stats import track_publish
+from stripemq.broker.stats import record_publish
 from stripemq.broker.topic import Consumer, Producer, Subscription
 from stripemq.errors import BrokerError, ManagedLedgerError, StripeMQError, server_error_of
 from stripemq.managed_ledger.position import Position
@@ -400,11 +401,13 @@ class ServerConnection:
             if dedup is not None:
                 dedup.failed(producer.name, body.sequence_id)
             return self._send_error(body, server_error_of(exc), str(exc))
-        track_publish(producer, append, messages, len(frame.entry))
         self.pending_publishes += 1
         if self.pending_publishes >= self.max_pending_publishes:
             self._publish_window.clear()
-        append.add_done_callback(functools.partial(self._published, producer, body))
+        stored = functools.partial(
+            self._published, producer, body, messages, len(frame.entry), time.monotonic()
+        )
+        append.add_done_callback(stored)
         return None
 
     def _count_publish(self, producer: Producer, messages: int, entry: bytes) -> None:
@@ -440,9 +443,16 @@ class ServerConnection:
             self._end_throttling()
 
     def _published(
-        self, producer: Producer, body: pb.CommandSend, append: asyncio.Future[Position]
+        self,
+        producer: Producer,
+        body: pb.CommandSend,
+        messages: int,
+        size: int,
+        started: float,
+        append: asyncio.Future[Position],
     ) -> None:
-        """SEND_RECEIPT or SEND_ERROR for a stored (or failed) entry; called in SEND order."""
+        """SEND_RECEIPT or SEND_ERROR for a stored (or failed) entry, counted in the stats
+        once stored; called in SEND order."""
         self.pending_publishes -= 1
         if self.pending_publishes <= self.max_pending_publishes // 2:
             self._publish_window.set()
@@ -455,6 +465,7 @@ class ServerConnection:
             self._send_error(body, server_error_of(reason), str(reason))
             return
         position = append.result()
+        record_publish(producer, messages, size, (time.monotonic() - started) * 1000)
         if dedup is not None:
             highest = max(body.sequence_id, body.highest_sequence_id)
             dedup.stored(producer.name, highest, position)

@@ -28,7 +28,6 @@ offset, as Pulsar's ``DateFormatter`` writes them.
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import datetime
 import time
@@ -243,21 +242,12 @@ class TopicCounters:
         self.write_latency.record(latency_ms)
 
 
-def track_publish(
-    producer: Producer, append: asyncio.Future[Any], messages: int, size: int
-) -> None:
-    """Count an entry of ``messages`` messages (as ``limits.messages_in_send`` bounds
-    what its client said) and ``size`` bytes on its producer and topic once ``append`` (its
-    managed-ledger append) succeeds, with the time it took."""
-    started = time.monotonic()
-
-    def done(future: asyncio.Future[Any]) -> None:
-        if future.cancelled() or future.exception() is not None:
-            return
-        producer.stats.meter.record(messages, size)
-        producer.topic.stats.published(messages, size, (time.monotonic() - started) * 1000)
-
-    append.add_done_callback(done)
+def record_publish(producer: Producer, messages: int, size: int, latency_ms: float) -> None:
+    """Count a stored entry of ``messages`` messages (as ``limits.messages_in_send`` bounds
+    what its client said) and ``size`` bytes on its producer and topic, with the time its
+    append took."""
+    producer.stats.meter.record(messages, size)
+    producer.topic.stats.published(messages, size, latency_ms)
 
 
 # ---------------------------------------------------------------------- formatting

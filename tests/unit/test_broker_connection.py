@@ -12,6 +12,7 @@ from stripemq.broker.rate_limiter import Rate, RateLimiter
 from stripemq.broker.service import BrokerService
 from stripemq.broker.stats import TopicCounters
 from stripemq.broker.topic import Producer
+from stripemq.errors import ManagedLedgerError
 from stripemq.managed_ledger.position import Position
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.ack_set import MAX_BATCH_SIZE
@@ -53,15 +54,19 @@ def connection() -> ServerConnection:
 class Topic:
     """What a SEND reaches of its topic: its publish rate, and appends that succeed."""
 
-    def __init__(self, limiter: RateLimiter | None) -> None:
+    def __init__(self, limiter: RateLimiter | None, *, fail: bool = False) -> None:
         self.publish_limiter = limiter
+        self.fail = fail
         self.dedup = None
         self.stats = TopicCounters()
         self.topic_name = TopicName.parse("t")
 
     def publish(self, entry: bytes) -> asyncio.Future[Position]:
         stored: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
-        stored.set_result(Position(1, 0))
+        if self.fail:
+            stored.set_exception(ManagedLedgerError("no"))
+        else:
+            stored.set_result(Position(1, 0))
         return stored
 
 
@@ -94,3 +99,13 @@ async def test_a_changed_publish_rate_ends_the_pause_at_once() -> None:
     assert not conn.publish_throttled
     conn.publish_rate_changed()  # not paused: nothing to do
     assert not conn.publish_throttled
+
+
+async def test_failed_appends_are_not_counted() -> None:
+    conn = connection()
+    topic = Topic(None, fail=True)
+    producer = Producer(1, "p", cast(Any, topic))
+    send(conn, producer, 5)
+    await until(lambda: conn.pending_publishes == 0, "the failed append is answered")
+    assert topic.stats.meter.count == 0
+    assert producer.stats.meter.count == 0

@@ -27,7 +27,7 @@ from stripemq.broker.metrics import (
     BrokerSnapshot,
     render,
 )
-from stripemq.broker.stats import topic_stats, track_publish
+from stripemq.broker.stats import record_publish, topic_stats
 from stripemq.broker.topic import Consumer, PersistentTopic, Producer
 from stripemq.broker.web import build_app
 from stripemq.managed_ledger.managed_ledger import ManagedLedgerFactory
@@ -83,9 +83,8 @@ async def loaded_topic(factory: ManagedLedgerFactory, name: str, batches: int) -
     metadata.num_messages_in_batch = 5
     data = encode_entry(metadata, b"y" * 50)
     for _ in range(batches):
-        append = topic.publish(data)
-        track_publish(producer, append, 5, len(data))
-        await append
+        await topic.publish(data)
+        record_publish(producer, 5, len(data), 1.0)
     sink = Counting()
     consumer = Consumer(ConsumerSlot(9, "cons"), sink, sub)
     sub.add_consumer(consumer)
