@@ -282,6 +282,29 @@ class ConfigError(StripeMQError):
     """A configuration file or option is invalid."""
 
 
+# --------------------------------------------------------------------------- spark
+
+
+class SparkSourceError(StripeMQError):
+    """Reading topics straight from the bookies (``stripemq.spark``) failed; the message
+    names the topic and, where one is involved, the ledger."""
+
+    retry = Retry.NEVER
+
+
+class UnknownTopicError(SparkSourceError):
+    """A topic to read has no managed ledger (and is not a partitioned topic)."""
+
+
+class DataLossError(SparkSourceError):
+    """Entries planned or checkpointed are gone: their ledger was trimmed or deleted
+    (``failOnDataLoss=false`` skips them instead)."""
+
+
+class CorruptEntryError(SparkSourceError):
+    """A stored entry fails its checksum or does not parse as a Pulsar entry."""
+
+
 # --------------------------------------------------------------------------- broker
 
 

@@ -8,6 +8,11 @@ watch events, while each store has its own session and ephemeral nodes. A ``loca
 directory is locked by one process at a time, so the ephemeral nodes found when the first
 store of a process opens it belong to a dead process and are deleted.
 
+``read_only=True`` opens a ``local://`` database without that lock, beside the process that
+holds it (WAL lets readers and one writer share the file): Spark and other tools read a
+running standalone's metadata this way. Such a store refuses every write, and sees only
+the changes that committed (no watch fires across processes).
+
 SQLite runs on the engine's single worker thread; watch callbacks are posted to each
 watcher's event loop after the change commits.
 """
@@ -270,9 +275,11 @@ class _Engine:
         key: str | None,
         directory: Path | None,
         predecessor: concurrent.futures.Future[None] | None,
+        read_only: bool = False,
     ) -> None:
         self.key = key
         self.directory = directory
+        self.read_only = read_only
         self.refs = 0
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="stripemq-metadata-sqlite"
@@ -289,6 +296,9 @@ class _Engine:
         if predecessor is not None:
             with contextlib.suppress(Exception):
                 predecessor.result()
+        if self.read_only:
+            self._conn = self._connect_read_only()
+            return
         if self.directory is not None:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._lock_directory(self.directory)
@@ -313,6 +323,19 @@ class _Engine:
         conn.execute(
             "INSERT OR IGNORE INTO nodes VALUES ('/', '/', x'', 0, 0, ?, ?, 0)", (now, now)
         )
+        return conn
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        assert self.directory is not None
+        path = self.directory / DB_FILE
+        if not path.is_file():
+            raise MetadataError(f"no metadata database at {path}")
+        try:
+            conn = sqlite3.connect(path, isolation_level=None)
+            conn.execute("PRAGMA query_only=ON")
+            conn.execute("SELECT 1 FROM nodes LIMIT 1")
+        except sqlite3.Error as exc:
+            raise MetadataError(f"cannot open metadata database {path}: {exc}") from exc
         return conn
 
     def _lock_directory(self, directory: Path) -> None:
@@ -345,6 +368,8 @@ class _Engine:
         """Run ``fn`` in one transaction; publish its watch events only once it committed."""
         conn = self._conn
         assert conn is not None
+        if self.read_only:
+            raise MetadataError(f"metadata store {self.directory} is open read-only")
         txn = _Txn(conn)
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -403,13 +428,13 @@ _engines: dict[str, _Engine] = {}
 _closing: dict[str, concurrent.futures.Future[None]] = {}
 
 
-def _acquire_engine(key: str | None, directory: Path | None) -> _Engine:
+def _acquire_engine(key: str | None, directory: Path | None, read_only: bool = False) -> _Engine:
     """The process's engine for ``key`` (a new private one when ``key`` is None)."""
     with _registry_lock:
         engine = _engines.get(key) if key is not None else None
         if engine is None:
             predecessor = _closing.pop(key, None) if key is not None else None
-            engine = _Engine(key, directory, predecessor)
+            engine = _Engine(key, directory, predecessor, read_only)
             if key is not None:
                 _engines[key] = engine
         engine.refs += 1
@@ -450,12 +475,24 @@ class EmbeddedMetadataStore(MetadataStore):
     """In-process ``MetadataStore`` with ZooKeeper's semantics, on SQLite.
 
     ``session_timeout`` is ignored: the session lasts until ``close()`` or the process ends.
+    ``read_only`` (``local://`` only) reads a database another process may hold.
     """
 
-    def __init__(self, url: str = "memory://", *, session_timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        url: str = "memory://",
+        *,
+        session_timeout: float | None = None,
+        read_only: bool = False,
+    ) -> None:
         super().__init__()
         self.url = url
         self._key, self._directory = _parse_url(url)
+        if read_only and self._directory is None:
+            raise ConfigError(f"only a local:// store can be opened read-only, not {url!r}")
+        self.read_only = read_only
+        if read_only:
+            self._key = f"ro:{self._key}"
         self._session_id = secrets.randbits(62) + 1
         self._engine: _Engine | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -473,7 +510,7 @@ class EmbeddedMetadataStore(MetadataStore):
         if self._state != "new":
             raise SessionLostError(f"metadata store {self.url} cannot be restarted")
         self._loop = asyncio.get_running_loop()
-        engine = _acquire_engine(self._key, self._directory)
+        engine = _acquire_engine(self._key, self._directory, self.read_only)
         try:
             await asyncio.wrap_future(engine.opened)
         except BaseException:
@@ -494,7 +531,7 @@ class EmbeddedMetadataStore(MetadataStore):
         engine, self._engine = self._engine, None
         assert engine is not None
         try:
-            if was_open:
+            if was_open and not self.read_only:
                 await engine.write(lambda txn: txn.delete_ephemerals(self._session_id))
         finally:
             await _release_engine(engine)
