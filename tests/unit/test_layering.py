@@ -1,5 +1,6 @@
 """Dependencies point one way (README.md, Layout): proto <- metadata <- bookie <-
-managed_ledger <- broker, and the client depends only on proto. Read from the import
+managed_ledger <- broker, the client depends only on proto, and spark never on the broker
+or the client. Read from the import
 statements of every module, so a new import against the grain fails here, not in review."""
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ ALLOWED: dict[str, set[str]] = {
     "lifecycle": set(),
     "config": {"errors"},
     "proto": {"errors", "proto"},
-    "metadata": COMMON | {"metadata"},
+    "metadata": COMMON | {"proto", "metadata"},
     "bookie": COMMON | {"proto", "metadata", "bookie"},
     "managed_ledger": COMMON | {"proto", "metadata", "bookie", "managed_ledger"},
     "client": COMMON | {"proto", "client"},
+    "spark": COMMON | {"proto", "metadata", "bookie", "managed_ledger", "spark"},
 }
 
 
