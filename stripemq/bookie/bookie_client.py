@@ -264,6 +264,21 @@ class BookieClient:
         verify_entry(response.entry)
         return ReadResult(response.entry, response.lac, response.fenced)
 
+    async def read_entries(
+        self, ledger_id: int, entry_ids: list[int], max_bytes: int = 0
+    ) -> tuple[list[bytes], int]:
+        """Several entries in one call (a batch read): the first of ``entry_ids`` that fit
+        in ``max_bytes`` (at least one), each verified, and the bookie's LAC."""
+        assert self._stub is not None
+        request = pb.ReadEntriesRequest(
+            ledger_id=ledger_id, entry_ids=entry_ids, max_bytes=max_bytes
+        )
+        response = await self._call(self._stub.ReadEntries, request, self.timeout)
+        entries = list(response.entries)
+        for entry in entries:
+            verify_entry(entry)
+        return entries, response.lac
+
     async def read_lac(self, ledger_id: int) -> LacInfo:
         assert self._stub is not None
         response = await self._call(self._stub.ReadLac, pb.ReadLacRequest(ledger_id=ledger_id))

@@ -140,6 +140,30 @@ class BookieService(pb_grpc.BookieServicer):
             self.metrics.read(time.perf_counter() - started, size, long_poll=long_poll)
         return response
 
+    async def ReadEntries(
+        self, request: pb.ReadEntriesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReadEntriesResponse:
+        # Never more than a message can carry, whatever the caller asked for.
+        limit = min(request.max_bytes or GRPC_MAX_MESSAGE // 2, GRPC_MAX_MESSAGE // 2)
+
+        async def read() -> pb.ReadEntriesResponse:
+            entries, state = await self.storage.read_entries(
+                request.ledger_id, list(request.entry_ids), limit
+            )
+            return pb.ReadEntriesResponse(entries=entries, lac=state.lac)
+
+        started = time.perf_counter()
+        response: pb.ReadEntriesResponse | None = None
+        try:
+            response = await self._answer(context, "read", read())
+        finally:
+            took = time.perf_counter() - started
+            if response is None:
+                self.metrics.read(took, None)
+            for entry in response.entries if response is not None else ():
+                self.metrics.read(took, len(entry))
+        return response
+
     async def ReadLac(
         self, request: pb.ReadLacRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReadLacResponse:

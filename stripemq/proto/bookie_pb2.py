@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bstripemq/proto/bookie.proto\x12\x0fstripemq.bookie\"Y\n\nAddEntryOp\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\x12\r\n\x05\x65ntry\x18\x03 \x01(\x0c\x12\x14\n\x0crecovery_add\x18\x04 \x01(\x08\"6\n\nAddRequest\x12(\n\x03ops\x18\x01 \x03(\x0b\x32\x1b.stripemq.bookie.AddEntryOp\"c\n\tAddResult\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x11\n\tledger_id\x18\x02 \x01(\x04\x12\x10\n\x08\x65ntry_id\x18\x03 \x01(\x04\x12\x0c\n\x04\x63ode\x18\x04 \x01(\x11\x12\x0f\n\x07message\x18\x05 \x01(\t\":\n\x0b\x41\x64\x64Response\x12+\n\x07results\x18\x01 \x03(\x0b\x32\x1a.stripemq.bookie.AddResult\"s\n\x0bReadRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x12\x12\r\n\x05\x66\x65nce\x18\x03 \x01(\x08\x12\x12\n\nmaster_key\x18\x04 \x01(\x0c\x12\x1c\n\x14long_poll_timeout_ms\x18\x05 \x01(\r\":\n\x0cReadResponse\x12\r\n\x05\x65ntry\x18\x01 \x01(\x0c\x12\x0b\n\x03lac\x18\x02 \x01(\x12\x12\x0e\n\x06\x66\x65nced\x18\x03 \x01(\x08\"#\n\x0eReadLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\"E\n\x0fReadLacResponse\x12\x0b\n\x03lac\x18\x01 \x01(\x12\x12\x15\n\rlast_entry_id\x18\x02 \x01(\x12\x12\x0e\n\x06\x66\x65nced\x18\x03 \x01(\x08\"E\n\x0fWriteLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\x12\x0b\n\x03lac\x18\x03 \x01(\x12\"\x12\n\x10WriteLacResponse\"\x10\n\x0eGetInfoRequest\"\xbf\x01\n\x0fGetInfoResponse\x12\x11\n\tbookie_id\x18\x01 \x01(\t\x12\x11\n\tread_only\x18\x02 \x01(\x08\x12\x18\n\x10total_disk_bytes\x18\x03 \x01(\x04\x12\x17\n\x0f\x66ree_disk_bytes\x18\x04 \x01(\x04\x12\x16\n\x0ejournal_fsyncs\x18\x05 \x01(\x04\x12\x15\n\rentries_added\x18\x06 \x01(\x04\x12\x16\n\x0ememtable_bytes\x18\x07 \x01(\x04\x12\x0c\n\x04rack\x18\x08 \x01(\t2\x8a\x03\n\x06\x42ookie\x12I\n\x08\x41\x64\x64\x45ntry\x12\x1b.stripemq.bookie.AddRequest\x1a\x1c.stripemq.bookie.AddResponse(\x01\x30\x01\x12H\n\tReadEntry\x12\x1c.stripemq.bookie.ReadRequest\x1a\x1d.stripemq.bookie.ReadResponse\x12L\n\x07ReadLac\x12\x1f.stripemq.bookie.ReadLacRequest\x1a .stripemq.bookie.ReadLacResponse\x12O\n\x08WriteLac\x12 .stripemq.bookie.WriteLacRequest\x1a!.stripemq.bookie.WriteLacResponse\x12L\n\x07GetInfo\x12\x1f.stripemq.bookie.GetInfoRequest\x1a .stripemq.bookie.GetInfoResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bstripemq/proto/bookie.proto\x12\x0fstripemq.bookie\"Y\n\nAddEntryOp\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\x12\r\n\x05\x65ntry\x18\x03 \x01(\x0c\x12\x14\n\x0crecovery_add\x18\x04 \x01(\x08\"6\n\nAddRequest\x12(\n\x03ops\x18\x01 \x03(\x0b\x32\x1b.stripemq.bookie.AddEntryOp\"c\n\tAddResult\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x11\n\tledger_id\x18\x02 \x01(\x04\x12\x10\n\x08\x65ntry_id\x18\x03 \x01(\x04\x12\x0c\n\x04\x63ode\x18\x04 \x01(\x11\x12\x0f\n\x07message\x18\x05 \x01(\t\":\n\x0b\x41\x64\x64Response\x12+\n\x07results\x18\x01 \x03(\x0b\x32\x1a.stripemq.bookie.AddResult\"s\n\x0bReadRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x12\x12\r\n\x05\x66\x65nce\x18\x03 \x01(\x08\x12\x12\n\nmaster_key\x18\x04 \x01(\x0c\x12\x1c\n\x14long_poll_timeout_ms\x18\x05 \x01(\r\":\n\x0cReadResponse\x12\r\n\x05\x65ntry\x18\x01 \x01(\x0c\x12\x0b\n\x03lac\x18\x02 \x01(\x12\x12\x0e\n\x06\x66\x65nced\x18\x03 \x01(\x08\"M\n\x12ReadEntriesRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x11\n\tentry_ids\x18\x02 \x03(\x12\x12\x11\n\tmax_bytes\x18\x03 \x01(\x04\"3\n\x13ReadEntriesResponse\x12\x0f\n\x07\x65ntries\x18\x01 \x03(\x0c\x12\x0b\n\x03lac\x18\x02 \x01(\x12\"#\n\x0eReadLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\"E\n\x0fReadLacResponse\x12\x0b\n\x03lac\x18\x01 \x01(\x12\x12\x15\n\rlast_entry_id\x18\x02 \x01(\x12\x12\x0e\n\x06\x66\x65nced\x18\x03 \x01(\x08\"E\n\x0fWriteLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\x12\x0b\n\x03lac\x18\x03 \x01(\x12\"\x12\n\x10WriteLacResponse\"\x10\n\x0eGetInfoRequest\"\xbf\x01\n\x0fGetInfoResponse\x12\x11\n\tbookie_id\x18\x01 \x01(\t\x12\x11\n\tread_only\x18\x02 \x01(\x08\x12\x18\n\x10total_disk_bytes\x18\x03 \x01(\x04\x12\x17\n\x0f\x66ree_disk_bytes\x18\x04 \x01(\x04\x12\x16\n\x0ejournal_fsyncs\x18\x05 \x01(\x04\x12\x15\n\rentries_added\x18\x06 \x01(\x04\x12\x16\n\x0ememtable_bytes\x18\x07 \x01(\x04\x12\x0c\n\x04rack\x18\x08 \x01(\t2\xe4\x03\n\x06\x42ookie\x12I\n\x08\x41\x64\x64\x45ntry\x12\x1b.stripemq.bookie.AddRequest\x1a\x1c.stripemq.bookie.AddResponse(\x01\x30\x01\x12H\n\tReadEntry\x12\x1c.stripemq.bookie.ReadRequest\x1a\x1d.stripemq.bookie.ReadResponse\x12X\n\x0bReadEntries\x12#.stripemq.bookie.ReadEntriesRequest\x1a$.stripemq.bookie.ReadEntriesResponse\x12L\n\x07ReadLac\x12\x1f.stripemq.bookie.ReadLacRequest\x1a .stripemq.bookie.ReadLacResponse\x12O\n\x08WriteLac\x12 .stripemq.bookie.WriteLacRequest\x1a!.stripemq.bookie.WriteLacResponse\x12L\n\x07GetInfo\x12\x1f.stripemq.bookie.GetInfoRequest\x1a .stripemq.bookie.GetInfoResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -43,18 +43,22 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_READREQUEST']._serialized_end=471
   _globals['_READRESPONSE']._serialized_start=473
   _globals['_READRESPONSE']._serialized_end=531
-  _globals['_READLACREQUEST']._serialized_start=533
-  _globals['_READLACREQUEST']._serialized_end=568
-  _globals['_READLACRESPONSE']._serialized_start=570
-  _globals['_READLACRESPONSE']._serialized_end=639
-  _globals['_WRITELACREQUEST']._serialized_start=641
-  _globals['_WRITELACREQUEST']._serialized_end=710
-  _globals['_WRITELACRESPONSE']._serialized_start=712
-  _globals['_WRITELACRESPONSE']._serialized_end=730
-  _globals['_GETINFOREQUEST']._serialized_start=732
-  _globals['_GETINFOREQUEST']._serialized_end=748
-  _globals['_GETINFORESPONSE']._serialized_start=751
-  _globals['_GETINFORESPONSE']._serialized_end=942
-  _globals['_BOOKIE']._serialized_start=945
-  _globals['_BOOKIE']._serialized_end=1339
+  _globals['_READENTRIESREQUEST']._serialized_start=533
+  _globals['_READENTRIESREQUEST']._serialized_end=610
+  _globals['_READENTRIESRESPONSE']._serialized_start=612
+  _globals['_READENTRIESRESPONSE']._serialized_end=663
+  _globals['_READLACREQUEST']._serialized_start=665
+  _globals['_READLACREQUEST']._serialized_end=700
+  _globals['_READLACRESPONSE']._serialized_start=702
+  _globals['_READLACRESPONSE']._serialized_end=771
+  _globals['_WRITELACREQUEST']._serialized_start=773
+  _globals['_WRITELACREQUEST']._serialized_end=842
+  _globals['_WRITELACRESPONSE']._serialized_start=844
+  _globals['_WRITELACRESPONSE']._serialized_end=862
+  _globals['_GETINFOREQUEST']._serialized_start=864
+  _globals['_GETINFOREQUEST']._serialized_end=880
+  _globals['_GETINFORESPONSE']._serialized_start=883
+  _globals['_GETINFORESPONSE']._serialized_end=1074
+  _globals['_BOOKIE']._serialized_start=1077
+  _globals['_BOOKIE']._serialized_end=1561
 # @@protoc_insertion_point(module_scope)

@@ -68,6 +68,24 @@ class ReadResponse(_message.Message):
     fenced: bool
     def __init__(self, entry: _Optional[bytes] = ..., lac: _Optional[int] = ..., fenced: _Optional[bool] = ...) -> None: ...
 
+class ReadEntriesRequest(_message.Message):
+    __slots__ = ("ledger_id", "entry_ids", "max_bytes")
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_IDS_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ledger_id: int
+    entry_ids: _containers.RepeatedScalarFieldContainer[int]
+    max_bytes: int
+    def __init__(self, ledger_id: _Optional[int] = ..., entry_ids: _Optional[_Iterable[int]] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
+class ReadEntriesResponse(_message.Message):
+    __slots__ = ("entries", "lac")
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    LAC_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedScalarFieldContainer[bytes]
+    lac: int
+    def __init__(self, entries: _Optional[_Iterable[bytes]] = ..., lac: _Optional[int] = ...) -> None: ...
+
 class ReadLacRequest(_message.Message):
     __slots__ = ("ledger_id",)
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]

@@ -44,6 +44,11 @@ class BookieStub:
                 request_serializer=stripemq_dot_proto_dot_bookie__pb2.ReadRequest.SerializeToString,
                 response_deserializer=stripemq_dot_proto_dot_bookie__pb2.ReadResponse.FromString,
                 _registered_method=True)
+        self.ReadEntries = channel.unary_unary(
+                '/stripemq.bookie.Bookie/ReadEntries',
+                request_serializer=stripemq_dot_proto_dot_bookie__pb2.ReadEntriesRequest.SerializeToString,
+                response_deserializer=stripemq_dot_proto_dot_bookie__pb2.ReadEntriesResponse.FromString,
+                _registered_method=True)
         self.ReadLac = channel.unary_unary(
                 '/stripemq.bookie.Bookie/ReadLac',
                 request_serializer=stripemq_dot_proto_dot_bookie__pb2.ReadLacRequest.SerializeToString,
@@ -78,6 +83,14 @@ class BookieServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReadEntries(self, request, context):
+        """Several entries of one ledger in one call (BookKeeper's batch read): bulk readers
+        such as Spark and catch-up reads pay one round trip per batch, not per entry.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ReadLac(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -108,6 +121,11 @@ def add_BookieServicer_to_server(servicer, server):
                     servicer.ReadEntry,
                     request_deserializer=stripemq_dot_proto_dot_bookie__pb2.ReadRequest.FromString,
                     response_serializer=stripemq_dot_proto_dot_bookie__pb2.ReadResponse.SerializeToString,
+            ),
+            'ReadEntries': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadEntries,
+                    request_deserializer=stripemq_dot_proto_dot_bookie__pb2.ReadEntriesRequest.FromString,
+                    response_serializer=stripemq_dot_proto_dot_bookie__pb2.ReadEntriesResponse.SerializeToString,
             ),
             'ReadLac': grpc.unary_unary_rpc_method_handler(
                     servicer.ReadLac,
@@ -179,6 +197,33 @@ class Bookie:
             '/stripemq.bookie.Bookie/ReadEntry',
             stripemq_dot_proto_dot_bookie__pb2.ReadRequest.SerializeToString,
             stripemq_dot_proto_dot_bookie__pb2.ReadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadEntries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stripemq.bookie.Bookie/ReadEntries',
+            stripemq_dot_proto_dot_bookie__pb2.ReadEntriesRequest.SerializeToString,
+            stripemq_dot_proto_dot_bookie__pb2.ReadEntriesResponse.FromString,
             options,
             channel_credentials,
             insecure,

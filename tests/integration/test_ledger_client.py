@@ -17,6 +17,7 @@ import pytest
 from stripemq.bookie.bookie_client import BookieClient
 from stripemq.bookie.client import BookKeeper, ClientConfig, LedgerHandle, LedgerState
 from stripemq.bookie.client.ledger_manager import LedgerManager
+from stripemq.bookie.client.reader import ReplicaReader
 from stripemq.errors import (
     ClientClosedError,
     DigestMismatchError,
@@ -103,6 +104,36 @@ async def test_each_entry_sits_on_exactly_its_write_set(
         reader = await bk.open_ledger(handle.ledger_id)
         entries = await reader.read_entries(0, 299)
         assert [e.data for e in entries] == [payload(i) for i in range(300)]
+    finally:
+        cluster.kill_all()
+
+
+async def test_range_reads_go_out_as_batches_and_survive_a_dead_bookie(
+    metadata_url: str, bk: BookKeeper, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = await cluster_of(metadata_url, tmp_path, 3)
+    try:
+        handle = await bk.create_ledger(3, 2, 2)
+        await asyncio.gather(*(handle.add_entry_async(payload(i)) for i in range(600)))
+        await handle.close()
+        singles: list[int] = []
+        real_read_raw = ReplicaReader.read_raw
+
+        async def counted(self: ReplicaReader, metadata: object, entry_id: int) -> bytes:
+            singles.append(entry_id)
+            return await real_read_raw(self, metadata, entry_id)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(ReplicaReader, "read_raw", counted)
+        reader = await bk.open_ledger(handle.ledger_id)
+        entries = await reader.read_entries(0, 599)
+        assert [e.data for e in entries] == [payload(i) for i in range(600)]
+        assert singles == []  # every entry came in a batch, spread over the ensemble
+
+        # With one bookie dead, its share is read one by one from the other replica.
+        cluster.by_address(handle.metadata.ensembles[0][0]).kill()
+        entries = await reader.read_entries(0, 599)
+        assert [e.data for e in entries] == [payload(i) for i in range(600)]
+        assert singles
     finally:
         cluster.kill_all()
 

@@ -137,6 +137,32 @@ async def test_reads_after_checkpoint_come_from_entry_log(storage: BookieStorage
         assert (await storage.read_entry(2, i))[0] == raw
 
 
+async def test_batch_reads_answer_a_prefix_in_order_from_memtable_and_disk(
+    storage: BookieStorage,
+) -> None:
+    on_disk = [entry(4, i, os.urandom(1000)) for i in range(10)]
+    await add_ok(storage, *on_disk)
+    await storage.checkpoint()
+    in_memtable = [entry(4, i, os.urandom(1000)) for i in range(10, 20)]
+    await add_ok(storage, *in_memtable)
+    wanted = [12, 3, 15, 0, 9]
+    got, state = await storage.read_entries(4, wanted)
+    everything = on_disk + in_memtable
+    assert got == [everything[i] for i in wanted]
+    assert state.lac == 18
+    # A byte limit cuts the answer to a prefix, but never to nothing.
+    got, _ = await storage.read_entries(4, list(range(20)), max_bytes=3 * len(on_disk[0]))
+    assert got == everything[:3]
+    got, _ = await storage.read_entries(4, [5, 6], max_bytes=1)
+    assert got == [on_disk[5]]
+    with pytest.raises(NoSuchEntryError):
+        await storage.read_entries(4, [1, 99])
+    with pytest.raises(NoSuchLedgerError):
+        await storage.read_entries(404, [0])
+    with pytest.raises(InvalidEntryError):
+        await storage.read_entries(4, [-1])
+
+
 async def test_missing_ledger_and_entry(storage: BookieStorage) -> None:
     with pytest.raises(NoSuchLedgerError):
         await storage.read_entry(404, 0)
