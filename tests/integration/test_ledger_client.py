@@ -138,6 +138,47 @@ async def test_range_reads_go_out_as_batches_and_survive_a_dead_bookie(
         cluster.kill_all()
 
 
+async def test_a_hung_bookie_is_asked_last_after_one_failed_batch(
+    metadata_url: str, bk: BookKeeper, store: MetadataStore, tmp_path: Path
+) -> None:
+    cluster = await cluster_of(metadata_url, tmp_path, 3)
+    hung = None
+    try:
+        handle = await bk.create_ledger(3, 2, 2)
+        await asyncio.gather(*(handle.add_entry_async(payload(i)) for i in range(300)))
+        await handle.close()
+        hung = cluster.by_address(handle.metadata.ensembles[0][0])
+        assert hung.proc is not None
+        os.kill(hung.proc.pid, signal.SIGSTOP)
+        reader_bk = BookKeeper(store, FAST)
+        await reader_bk.start()
+        try:
+            reader = await reader_bk.open_ledger(handle.ledger_id)
+            assert [e.data for e in await reader.read_entries(0, 299)] == [
+                payload(i) for i in range(300)
+            ]
+            assert reader_bk.health.failed_recently(hung.address)
+            asked: list[str] = []
+            real = BookieClient.read_entries
+
+            async def spy(self: BookieClient, *args: object, **kw: object) -> object:
+                asked.append(self.address)
+                return await real(self, *args, **kw)  # type: ignore[arg-type]
+
+            BookieClient.read_entries = spy  # type: ignore[method-assign]
+            try:
+                assert len(await reader.read_entries(0, 299)) == 300
+            finally:
+                BookieClient.read_entries = real  # type: ignore[method-assign]
+            assert asked and hung.address not in asked
+        finally:
+            await reader_bk.close()
+    finally:
+        if hung is not None and hung.proc is not None:
+            os.kill(hung.proc.pid, signal.SIGCONT)
+        cluster.kill_all()
+
+
 async def test_sigkill_mid_stream_changes_ensemble_and_loses_nothing(
     metadata_url: str, bk: BookKeeper, tmp_path: Path
 ) -> None:

@@ -155,8 +155,11 @@ async def test_batch_reads_answer_a_prefix_in_order_from_memtable_and_disk(
     assert got == everything[:3]
     got, _ = await storage.read_entries(4, [5, 6], max_bytes=1)
     assert got == [on_disk[5]]
+    # An entry this bookie lacks ends the answer; lacking the first is an error.
+    assert (await storage.read_entries(4, [1, 99, 2]))[0] == [on_disk[1]]
+    assert (await storage.read_entries(4, [12, 99]))[0] == [in_memtable[2]]
     with pytest.raises(NoSuchEntryError):
-        await storage.read_entries(4, [1, 99])
+        await storage.read_entries(4, [99, 1])
     with pytest.raises(NoSuchLedgerError):
         await storage.read_entries(404, [0])
     with pytest.raises(InvalidEntryError):

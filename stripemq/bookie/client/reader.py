@@ -10,6 +10,7 @@ does not bring.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -148,9 +149,10 @@ class ReplicaReader:
 
         Each entry is asked of the first healthy bookie of its write set, so a striped
         ledger's reads spread over its ensemble; each bookie's share goes out in batch reads
-        of up to ``BATCH_ENTRIES`` entries and ``BATCH_BYTES`` bytes. Whatever a batch does
-        not bring (an error, a missing entry, an old bookie) is read entry by entry with the
-        usual replica fail-over.
+        of up to ``BATCH_ENTRIES`` entries and ``BATCH_BYTES`` bytes, the bookies' batches
+        interleaved. A bookie whose batch fails is recorded as failing (later reads ask it
+        last), and what a batch did not bring is read entry by entry with the usual replica
+        fail-over, at most ``max_concurrent_reads`` at a time.
         """
         if first > last:
             return []
@@ -160,24 +162,31 @@ class ReplicaReader:
         for entry_id in range(first, last + 1):
             bookie = self.bk.health.order(metadata.write_set_bookies(entry_id))[0]
             by_bookie.setdefault(bookie, []).append(entry_id)
-        chunks = [
-            (bookie, ids[i : i + BATCH_ENTRIES])
+        per_bookie = [
+            [(bookie, ids[i : i + BATCH_ENTRIES]) for i in range(0, len(ids), BATCH_ENTRIES)]
             for bookie, ids in by_bookie.items()
-            for i in range(0, len(ids), BATCH_ENTRIES)
         ]
+        chunks = [chunk for row in itertools.zip_longest(*per_bookie) for chunk in row if chunk]
         found: dict[int, bytes] = {}
-        window = asyncio.Semaphore(BATCHES_IN_FLIGHT)
+        batches = asyncio.Semaphore(BATCHES_IN_FLIGHT)
+        singles = asyncio.Semaphore(self.bk.config.max_concurrent_reads)
 
         async def chunk(bookie: str, ids: list[int]) -> None:
-            async with window:
-                await self._read_chunk(metadata, bookie, ids, found)
+            async with batches:
+                rest = await self._read_batches(bookie, ids, found)
+            await asyncio.gather(*(self._read_single(metadata, e, found, singles) for e in rest))
 
-        await asyncio.gather(*(chunk(bookie, ids) for bookie, ids in chunks))
+        tasks = [asyncio.create_task(chunk(bookie, ids)) for bookie, ids in chunks]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            discard_tasks(tasks)
         return [found[entry_id] for entry_id in range(first, last + 1)]
 
-    async def _read_chunk(
-        self, metadata: LedgerMetadata, bookie: str, ids: list[int], found: dict[int, bytes]
-    ) -> None:
+    async def _read_batches(
+        self, bookie: str, ids: list[int], found: dict[int, bytes]
+    ) -> list[int]:
+        """Read ``ids`` from ``bookie`` in batches into ``found``; the ids it did not bring."""
         pending = ids
         while pending:
             try:
@@ -185,24 +194,32 @@ class ReplicaReader:
                 entries, _lac = await client.read_entries(self.ledger_id, pending, BATCH_BYTES)
                 for entry_id, raw in zip(pending, entries, strict=False):
                     self._check_raw_identity(raw, entry_id, bookie)
+            except (NoSuchEntryError, NoSuchLedgerError):
+                break  # not (yet) on this replica: the others may have it
             except BookieError as exc:
-                log.debug(
-                    "batch read of %d entries of ledger %d from %s failed (%s); reading them "
-                    "one by one",
+                self.bk.health.record_failure(bookie)
+                log.warning(
+                    "batch read of %d entries of ledger %d from %s failed: %s",
                     len(pending),
                     self.ledger_id,
                     bookie,
                     exc,
                 )
-                entries = []
-            if not entries:
                 break
             for entry_id, raw in zip(pending, entries, strict=False):
                 found[entry_id] = raw
             pending = pending[len(entries) :]
-        if pending:
-            singles = await asyncio.gather(*(self.read_raw(metadata, e) for e in pending))
-            found.update(zip(pending, singles, strict=True))
+        return pending
+
+    async def _read_single(
+        self,
+        metadata: LedgerMetadata,
+        entry_id: int,
+        found: dict[int, bytes],
+        window: asyncio.Semaphore,
+    ) -> None:
+        async with window:
+            found[entry_id] = await self.read_raw(metadata, entry_id)
 
     def _check_raw_identity(self, raw: bytes, entry_id: int, bookie: str) -> None:
         header = parse_header(raw)

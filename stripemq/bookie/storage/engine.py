@@ -192,6 +192,9 @@ class BookieStorage:
         self._read_cache: OrderedDict[tuple[int, int], bytes] = OrderedDict()
         self._read_cache_bytes = 0
         self._read_io = ThreadPoolExecutor(max_workers=4, thread_name_prefix="bookie-read")
+        # Batch reads (bulk scans such as Spark's) get threads of their own, so a scan never
+        # queues the brokers' catch-up reads behind it.
+        self._scan_io = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bookie-scan")
         self._flush_io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bookie-flush")
         self._flush_lock = asyncio.Lock()
         self._flush_task: asyncio.Task[None] | None = None
@@ -276,6 +279,7 @@ class BookieStorage:
     async def _release(self) -> None:
         loop = asyncio.get_running_loop()
         self._read_io.shutdown(wait=True)  # no read may use a descriptor after it is closed
+        self._scan_io.shutdown(wait=True)
         await loop.run_in_executor(self._flush_io, self._close_files)
         self._flush_io.shutdown(wait=True)
 
@@ -574,12 +578,13 @@ class BookieStorage:
         self, ledger_id: int, entry_ids: list[int], max_bytes: int = 0
     ) -> tuple[list[bytes], LedgerDescriptor]:
         """The verified bytes of the first of ``entry_ids`` that fit in ``max_bytes`` (at
-        least one; 0 is no limit), in order, and the ledger state. Entries on disk are read
+        least one; 0 is no limit), in order, up to the first entry this bookie lacks, and
+        the ledger state. Entries on disk are read
         in one hop to the read thread and bypass the read cache (a bulk scan would evict
         what tailing readers need).
 
         Raises:
-            NoSuchLedgerError, NoSuchEntryError: the ledger or one of the entries is not here.
+            NoSuchLedgerError, NoSuchEntryError: the ledger, or the first entry, is not here.
         """
         self._check_open()
         state = await self._state(ledger_id)
@@ -598,7 +603,7 @@ class BookieStorage:
         if missing:
             loop = asyncio.get_running_loop()
             read = await loop.run_in_executor(
-                self._read_io, self._read_disk_many, ledger_id, missing, max_bytes
+                self._scan_io, self._read_disk_many, ledger_id, missing, max_bytes
             )
             found.update(read)
         entries: list[bytes] = []
@@ -606,19 +611,25 @@ class BookieStorage:
         for entry_id in entry_ids:
             entry = found.get(entry_id)
             if entry is None or (entries and max_bytes and total + len(entry) > max_bytes):
-                break  # beyond what the disk pass read under the same byte limit
+                break  # missing here, or beyond what the disk pass read under the byte limit
             entries.append(entry)
             total += len(entry)
+        if entry_ids and not entries:
+            raise NoSuchEntryError(f"entry {ledger_id}:{entry_ids[0]} is not on this bookie")
         return entries, state
 
     def _read_disk_many(
         self, ledger_id: int, entry_ids: list[int], max_bytes: int
     ) -> dict[int, bytes]:
-        """``_read_disk`` for several entries, stopping once ``max_bytes`` are read."""
+        """``_read_disk`` for several entries, stopping at the first this bookie lacks or
+        once ``max_bytes`` are read."""
         out: dict[int, bytes] = {}
         total = 0
         for entry_id in entry_ids:
-            entry = self._read_disk(ledger_id, entry_id)
+            try:
+                entry = self._read_disk(ledger_id, entry_id)
+            except NoSuchEntryError:
+                break
             out[entry_id] = entry
             total += len(entry)
             if max_bytes and total >= max_bytes:
