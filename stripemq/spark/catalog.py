@@ -233,23 +233,28 @@ class LedgerCatalog:
         ``None`` when it is gone and that is no loss (or loss is allowed)."""
         try:
             handle = await self._handle(ref, info.ledger_id, fresh=True)
-        except DataLossError:
+            lac = handle.last_add_confirmed
+            size = 0
+            if lac >= 0:
+                if handle.is_closed:
+                    size = handle.length
+                else:
+                    # Every entry records the ledger's length through it: read the LAC's entry.
+                    read = handle.read_raw_entries(lac, lac)
+                    await self._bookie_call(ref, info.ledger_id, read)
+                    size = handle.length
+        except (DataLossError, NoSuchLedgerError) as exc:  # deleted, before or after opening
             if not await self._still_listed(ref, info.ledger_id):
                 log.info("[%s] ledger %d was trimmed while planning", ref.topic, info.ledger_id)
                 return None
             if fail_on_data_loss:
-                raise
+                if isinstance(exc, DataLossError):
+                    raise
+                raise DataLossError(
+                    f"{ref.topic}: ledger {info.ledger_id} was deleted while it was planned"
+                ) from exc
             log.warning("[%s] ledger %d is gone: skipped", ref.topic, info.ledger_id)
             return None
-        lac = handle.last_add_confirmed
-        size = 0
-        if lac >= 0:
-            if handle.is_closed:
-                size = handle.length
-            else:
-                # Every entry records the ledger's length through it: read the LAC's entry.
-                await self._bookie_call(ref, info.ledger_id, handle.read_raw_entries(lac, lac))
-                size = handle.length
         log.debug("[%s] open ledger %d: LAC %d, %d bytes", ref.topic, info.ledger_id, lac, size)
         return LedgerSpan(
             ledger_id=info.ledger_id,

@@ -33,7 +33,9 @@ from typing import Any, TypeVar
 from stripemq.bookie.client import LedgerEntry, ReadOnlyLedgerHandle
 from stripemq.errors import (
     BookieError,
+    CorruptEntryError,
     DataLossError,
+    DigestMismatchError,
     MetadataError,
     NoSuchEntryError,
     NoSuchLedgerError,
@@ -234,6 +236,8 @@ class _SplitReader:
             raise SparkSourceError(
                 f"{self.where}: entries {first}..{last} are on none of their bookies: {exc}"
             ) from exc
+        except DigestMismatchError as exc:
+            raise CorruptEntryError(f"{self.where}: {exc}") from exc
         except (BookieError, MetadataError) as exc:
             if isinstance(exc, BookieError) and not await self._ledger_exists():
                 raise self._deleted() from exc

@@ -33,8 +33,11 @@ class SourceOptions:
     max_entries_per_partition: int = DEFAULT_MAX_ENTRIES_PER_PARTITION
     max_bytes_per_partition: int = DEFAULT_MAX_BYTES_PER_PARTITION
     max_records_per_batch: int = DEFAULT_MAX_RECORDS_PER_BATCH
-    # Producers stamp publish times with their own clocks, ledgers carry the broker's:
-    # pruning by time keeps this much slack so a skewed clock never loses a message.
+    # Producers stamp publish times with their own clocks when they send, ledgers carry the
+    # broker's times when they store: pruning by time keeps this much slack on both. A
+    # message stored later than this after its publish time (a producer's clock far off,
+    # or a send retried across a long outage) can be pruned by a publish-time filter:
+    # raise it for such topics, or set it very large to prune nothing.
     publish_time_skew_ms: int = DEFAULT_PUBLISH_TIME_SKEW_MS
     starting_offsets: str = "earliest"  # streaming: earliest | latest
     max_entries_per_trigger: int | None = None  # streaming: cap on entries per micro-batch

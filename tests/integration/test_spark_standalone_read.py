@@ -12,12 +12,13 @@ from typing import Any
 import pulsar
 import pytest
 
+from stripemq.errors import CorruptEntryError
 from stripemq.managed_ledger.ledger_list import LedgerList, managed_ledger_path
 from stripemq.proto.topic_name import TopicName
-from stripemq.spark.catalog import connect
+from stripemq.spark.catalog import LedgerCatalog, connect
 from stripemq.spark.ledger_reader import THREAD_PREFIX, read_split
 from stripemq.spark.options import SourceOptions
-from stripemq.spark.planning import ReadSplit, TopicPartitionRef
+from stripemq.spark.planning import Pushdown, ReadSplit, TopicPartitionRef
 from stripemq.testing.polling import until
 from stripemq.testing.standalone import StandaloneProcess
 
@@ -161,4 +162,46 @@ async def test_read_split_reads_a_running_standalone_while_it_is_written(
     finally:
         if writer is not None:
             await asyncio.to_thread(writer.close)
+        standalone.terminate()
+
+
+async def test_an_entry_corrupted_on_disk_fails_the_read_naming_topic_and_ledger(
+    tmp_path: Path,
+) -> None:
+    standalone = StandaloneProcess(tmp_path / "data", SETTINGS)
+    await standalone.start()
+    marker = b"CORRUPT-ME-" * 30
+    topic = "persistent://public/default/corrupted"
+
+    def produce() -> None:
+        client = pulsar.Client(standalone.service_url, operation_timeout_seconds=15)
+        producer = client.create_producer(topic, batching_enabled=False)
+        for payload in (b"before", marker, b"after"):
+            producer.send(payload)
+        client.close()
+
+    try:
+        await asyncio.to_thread(produce)
+    finally:
+        assert standalone.terminate() == 0  # a clean stop moves the entries to entry logs
+    flipped = 0
+    for path in (tmp_path / "data").rglob("*.log"):
+        data = bytearray(path.read_bytes())
+        at = data.find(marker)
+        if at >= 0:
+            data[at + 7] ^= 0xFF
+            path.write_bytes(bytes(data))
+            flipped += 1
+    assert flipped == 1
+    await standalone.start()
+    try:
+        metadata_url = f"local://{tmp_path / 'data' / 'metadata'}"
+        options = SourceOptions.parse({"metadata": metadata_url, "topic": topic})
+        async with connect(metadata_url) as conn:
+            splits = await LedgerCatalog(conn).plan(options, Pushdown())
+        [split] = [s for s in splits if s.entries == 3]
+        with pytest.raises(CorruptEntryError) as caught:
+            await asyncio.to_thread(read, [split], options)
+        assert topic in str(caught.value) and f"ledger {split.ledger_id}" in str(caught.value)
+    finally:
         standalone.terminate()

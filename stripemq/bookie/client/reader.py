@@ -125,6 +125,10 @@ class ReplicaReader:
             discard_tasks(running)
         if errors and all(isinstance(e, (NoSuchEntryError, NoSuchLedgerError)) for e in errors):
             raise NoSuchEntryError(f"entry {self.ledger_id}:{entry_id} is on none of {bookies}")
+        if errors and all(isinstance(e, DigestMismatchError) for e in errors):
+            raise DigestMismatchError(
+                f"every copy of entry {self.ledger_id}:{entry_id} on {bookies} fails its checksum"
+            )
         raise ReadError(
             f"cannot read entry {self.ledger_id}:{entry_id} from {bookies}: "
             + "; ".join(f"{type(e).__name__}: {e}" for e in errors)
