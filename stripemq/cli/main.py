@@ -1,5 +1,5 @@
 """``stripemq`` entry point: ``standalone``, ``broker``, ``bookie``, ``autorecovery``,
-``shell``, ``client``, ``admin`` and ``initialize-cluster-metadata``.
+``shell``, ``client``, ``admin``, ``spark`` and ``initialize-cluster-metadata``.
 
 A role with settings (``ROLE_CONFIGS``) takes ``--conf FILE``, ``-c KEY=VALUE`` and
 ``--print-config``, plus one option per setting declared with ``option=`` in its settings
@@ -112,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     from stripemq.cli.client import add_client_parser
     from stripemq.cli.initialize import add_initialize_parser
     from stripemq.cli.shell import add_shell_parser
+    from stripemq.cli.spark import add_spark_parser
 
     configs = role_configs()
     parser = argparse.ArgumentParser(prog="stripemq", description=__doc__)
@@ -147,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_client_parser(sub)
     add_admin_parser(sub)
     add_initialize_parser(sub)
+    add_spark_parser(sub)
     return parser
 
 
@@ -282,6 +284,10 @@ def main(argv: list[str] | None = None) -> None:
         from stripemq.cli.admin import main as admin_main
 
         sys.exit(admin_main(argv[1:]))
+    if argv[:1] == ["spark"]:  # likewise: PySpark starts only if the job runs
+        from stripemq.cli.spark import main as spark_main
+
+        sys.exit(spark_main(argv[1:]))
     args = build_parser().parse_args(argv)
     if args.command == "client":  # blocking, with its own event loop thread
         from stripemq.cli.client import run_client
@@ -292,6 +298,10 @@ def main(argv: list[str] | None = None) -> None:
         from stripemq.cli.admin import run_admin
 
         sys.exit(run_admin(args))
+    if args.command == "spark":  # blocking, Spark's own threads
+        from stripemq.cli.spark import run_spark
+
+        sys.exit(run_spark(args))
     if args.command == "initialize-cluster-metadata":
         from stripemq.cli.initialize import run_initialize
 
