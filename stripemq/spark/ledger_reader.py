@@ -1,18 +1,20 @@
 """The executor's side: read one split's entries from the bookies and yield Arrow batches.
 
-Each task opens its own metadata store and ledger client (nothing is shared between
-Python workers), opens the ledger read-only without recovery, and reads its entries in
-windows while the previous window is decoded. A ledger deleted under the job raises
-``DataLossError`` naming topic and ledger (or yields nothing when the options allow data
-loss); a bad entry raises ``CorruptEntryError``.
+A Python worker keeps one event loop thread and one connection (metadata store and ledger
+client) per metadata URL for the tasks it runs one after another, since Spark reuses
+workers and connecting costs a few hundred milliseconds; a connection that failed is
+dropped and the next task connects again. Each task opens its ledger read-only without
+recovery, and reads its entries in windows while the previous window is decoded. A ledger
+deleted under the job raises ``DataLossError`` naming topic and ledger (or yields nothing
+when the options allow data loss); a bad entry raises ``CorruptEntryError``.
 
 Spark calls ``read_split`` in a Python worker and iterates it synchronously, so the asyncio
-side (metadata store, ledger client, gRPC) runs on an event loop in a thread of its own,
-one per split. The generator asks that loop for windows of entries and keeps at most
-``PREFETCH_WINDOWS`` of them in flight ahead of the one it decodes: reading overlaps
-decoding, and a consumer that stops reading stops the bookie reads too. Closing the
-generator early (a ``LIMIT``) cancels what is in flight, closes the ledger client and the
-store, and joins the thread.
+side (metadata store, ledger client, gRPC) runs on the worker's event loop thread. The
+generator asks that loop for windows of entries and keeps at most ``PREFETCH_WINDOWS`` of
+them in flight ahead of the one it decodes: reading overlaps decoding, and a consumer that
+stops reading stops the bookie reads too. Closing the generator early (a ``LIMIT``)
+cancels what is in flight. ``shutdown()`` closes the connections and stops the thread (at
+exit, or when a test wants a clean process).
 
 The split's entries were confirmed when it was planned, so the reader never reads past
 ``split.last_entry``; if the LAC it learns on opening is lower (a bookie that has not yet
@@ -22,9 +24,12 @@ heard of the last confirmations), it asks again for a few seconds rather than re
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import contextlib
 import logging
+import os
+import sys
 import threading
 from collections import deque
 from collections.abc import Coroutine, Iterator
@@ -41,7 +46,7 @@ from stripemq.errors import (
     NoSuchLedgerError,
     SparkSourceError,
 )
-from stripemq.spark.catalog import connect
+from stripemq.spark.catalog import Connection, connect
 from stripemq.spark.decode import RecordBatchBuilder
 from stripemq.spark.options import SourceOptions
 from stripemq.spark.planning import ReadSplit
@@ -91,23 +96,130 @@ def window_ranges(split: ReadSplit) -> list[tuple[int, int]]:
     ]
 
 
+class _WorkerLoop:
+    """The process's event loop thread and its open connections, by metadata URL."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        self._connections: dict[str, tuple[Connection, contextlib.AsyncExitStack]] = {}
+        self._connecting: dict[str, asyncio.Future[Connection]] = {}
+        self.thread = threading.Thread(
+            target=self._run,
+            name=THREAD_PREFIX,
+            daemon=True,  # never keeps a worker alive
+        )
+        self.thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_forever()
+            tasks = asyncio.all_tasks(self.loop)
+            for task in tasks:
+                task.cancel()
+            self.loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+            self.loop.run_until_complete(self.loop.shutdown_default_executor())
+        finally:
+            self.loop.close()
+
+    async def connection(self, url: str) -> Connection:
+        """The open connection to ``url``, made on first use (one at a time per URL)."""
+        found = self._connections.get(url)
+        if found is not None:
+            return found[0]
+        pending = self._connecting.get(url)
+        if pending is None:
+            pending = asyncio.ensure_future(self._connect(url))
+            self._connecting[url] = pending
+            pending.add_done_callback(lambda _f: self._connecting.pop(url, None))
+        return await asyncio.shield(pending)
+
+    async def _connect(self, url: str) -> Connection:
+        stack = contextlib.AsyncExitStack()
+        conn = await stack.enter_async_context(connect(url))
+        self._connections[url] = (conn, stack)
+        return conn
+
+    async def discard(self, conn: Connection) -> None:
+        """Close ``conn`` and forget it (it failed: the next task connects again)."""
+        for url, (known, stack) in list(self._connections.items()):
+            if known is conn:
+                del self._connections[url]
+                await _close_quietly(stack, url)
+
+    async def _close_all(self) -> None:
+        connections, self._connections = self._connections, {}
+        for url, (_conn, stack) in connections.items():
+            await _close_quietly(stack, url)
+
+    def shutdown(self) -> None:
+        if self.loop.is_closed():
+            return
+        try:
+            closing = asyncio.run_coroutine_threadsafe(self._close_all(), self.loop)
+            closing.result(CLOSE_TIMEOUT_S)
+        except Exception as exc:
+            log.warning("closing the Spark reader's connections failed: %s", exc)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(CLOSE_TIMEOUT_S)
+
+
+async def _close_quietly(stack: contextlib.AsyncExitStack, url: str) -> None:
+    try:
+        await stack.aclose()
+    except Exception as exc:  # a broken connection may fail to close; it is gone either way
+        # At interpreter exit the thread pools refuse work: the process ends the sessions.
+        level = logging.DEBUG if sys.is_finalizing() or _exiting else logging.WARNING
+        log.log(level, "closing the connection to %s failed: %s", url, exc)
+
+
+_worker: _WorkerLoop | None = None
+_worker_lock = threading.Lock()
+
+
+def _worker_loop() -> _WorkerLoop:
+    """This process's loop (a forked child makes its own: threads do not survive a fork)."""
+    global _worker
+    with _worker_lock:
+        if _worker is None or _worker.pid != os.getpid() or not _worker.thread.is_alive():
+            _worker = _WorkerLoop()
+        return _worker
+
+
+def shutdown() -> None:
+    """Close this process's connections and stop its reader thread (run at exit)."""
+    global _worker
+    with _worker_lock:
+        worker, _worker = _worker, None
+    if worker is not None and worker.pid == os.getpid():
+        worker.shutdown()
+
+
+_exiting = False
+
+
+@atexit.register
+def _shutdown_at_exit() -> None:
+    global _exiting
+    _exiting = True
+    shutdown()
+
+
 class _SplitReader:
-    """One split's event-loop thread, connection and ledger handle."""
+    """One split's reads, on the worker's loop and connection."""
 
     def __init__(self, split: ReadSplit, options: SourceOptions) -> None:
         self.split = split
         self.options = options
         self.where = f"[{split.ref.topic}] ledger {split.ledger_id}"
         self._handle: ReadOnlyLedgerHandle | None = None
-        self._stack = contextlib.AsyncExitStack()
+        self._conn: Connection | None = None
         self._pending: deque[concurrent.futures.Future[list[LedgerEntry]]] = deque()
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._run_loop,
-            name=f"{THREAD_PREFIX}-{split.ledger_id}-{split.first_entry}",
-            daemon=True,  # never keeps a worker alive, though close() always joins it
-        )
-        self._thread.start()
+        self._worker = _worker_loop()
+        self._loop = self._worker.loop
 
     # ------------------------------------------------------------------ caller's thread
 
@@ -139,20 +251,15 @@ class _SplitReader:
             yield from _slices(builder.build(), limit)
 
     def close(self) -> None:
-        """Cancel reads in flight, close the connection, stop the loop and join its thread."""
-        for future in self._pending:
-            future.cancel()
+        """Cancel reads in flight and wait until they have stopped (the connection stays
+        open for the worker's next task)."""
+        pending = list(self._pending)
         self._pending.clear()
-        try:
-            closing = asyncio.run_coroutine_threadsafe(self._stack.aclose(), self._loop)
-            closing.result(CLOSE_TIMEOUT_S)
-        except Exception as exc:  # closing must not hide what ended the read
-            log.warning("%s: closing the ledger client failed: %s", self.where, exc)
-        finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(CLOSE_TIMEOUT_S)
-            if self._thread.is_alive():
-                log.warning("%s: the reader's event loop did not stop", self.where)
+        for future in pending:
+            future.cancel()
+        for future in pending:
+            with contextlib.suppress(BaseException):
+                future.result(CLOSE_TIMEOUT_S)
 
     def _lost(self, exc: DataLossError) -> None:
         if self.options.fail_on_data_loss:
@@ -169,19 +276,6 @@ class _SplitReader:
 
     # ------------------------------------------------------------------ loop thread
 
-    def _run_loop(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        try:
-            self._loop.run_forever()
-            tasks = asyncio.all_tasks(self._loop)
-            for task in tasks:
-                task.cancel()
-            self._loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
-            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
-            self._loop.run_until_complete(self._loop.shutdown_default_executor())
-        finally:
-            self._loop.close()
-
     async def _open(self) -> None:
         """Connect, open the ledger read-only (never recovery: a live writer keeps
         writing), and wait until its LAC covers the split.
@@ -191,7 +285,7 @@ class _SplitReader:
             SparkSourceError: the metadata store or every bookie failed.
         """
         split = self.split
-        conn = await self._stack.enter_async_context(connect(self.options.metadata))
+        conn = self._conn = await self._worker.connection(self.options.metadata)
         try:
             handle = await conn.bk.open_ledger(split.ledger_id, password=None, recovery=False)
             deadline = asyncio.get_running_loop().time() + LAC_WAIT_S
@@ -213,6 +307,7 @@ class _SplitReader:
         except NoSuchLedgerError as exc:
             raise self._deleted() from exc
         except (BookieError, MetadataError) as exc:
+            await self._worker.discard(conn)
             raise SparkSourceError(f"{self.where}: cannot open it: {exc}") from exc
         self._handle = handle
         log.debug("%s: reading entries %d..%d", self.where, split.first_entry, split.last_entry)
@@ -241,6 +336,8 @@ class _SplitReader:
         except (BookieError, MetadataError) as exc:
             if isinstance(exc, BookieError) and not await self._ledger_exists():
                 raise self._deleted() from exc
+            if self._conn is not None:
+                await self._worker.discard(self._conn)
             raise SparkSourceError(
                 f"{self.where}: cannot read entries {first}..{last}: {exc}"
             ) from exc

@@ -33,13 +33,14 @@ from stripemq.managed_ledger.config import ManagedLedgerConfig
 from stripemq.managed_ledger.ledger_list import LedgerList, managed_ledger_path
 from stripemq.metadata import MetadataStore
 from stripemq.proto.topic_name import TopicName
+from stripemq.spark import ledger_reader
 from stripemq.spark.ledger_reader import THREAD_PREFIX, WINDOW_ENTRIES, read_split, window_ranges
 from stripemq.spark.options import SourceOptions
 from stripemq.spark.planning import ReadSplit, TopicPartitionRef
 from stripemq.spark.schema import arrow_schema
 from stripemq.testing.broker import serving_broker
 from stripemq.testing.cluster import BookieCluster
-from stripemq.testing.polling import until
+from stripemq.testing.polling import until, until_blocking
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -238,8 +239,20 @@ COMPRESSIONS = [
 ]
 
 
-async def test_splits_read_back_every_acknowledged_message(cluster: Cluster) -> None:
-    """One topic per compression, batched, over several ledgers, split inside ledgers."""
+async def test_splits_read_back_every_acknowledged_message(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One topic per compression, batched, over several ledgers, split inside ledgers; the
+    worker connects once for all of them."""
+    ledger_reader.shutdown()
+    connected: list[str] = []
+    real_connect = ledger_reader.connect
+
+    def counting_connect(url: str) -> Any:
+        connected.append(url)
+        return real_connect(url)
+
+    monkeypatch.setattr(ledger_reader, "connect", counting_connect)
     started = time.time()
     topics = {kind: f"{NS}/reader-{str(kind).rsplit('.', 1)[-1].lower()}" for kind in COMPRESSIONS}
     produced = await asyncio.gather(
@@ -255,6 +268,8 @@ async def test_splits_read_back_every_acknowledged_message(cluster: Cluster) -> 
         splits = await plan(cluster, ref_of(topic), sent)
         rows = await asyncio.to_thread(read_all, splits, options)
         check_rows(rows, sent, topic, started)
+    assert connected == [options.metadata]
+    ledger_reader.shutdown()
     assert reader_threads() == []
 
 
@@ -289,24 +304,38 @@ async def test_a_deleted_ledger_is_data_loss_or_skipped(cluster: Cluster) -> Non
     kept = [s for s in splits if s.ledger_id != victim]
     rows = await asyncio.to_thread(read_all, kept, source(cluster))
     assert len(rows) == sum(1 for s in sent if s.message_id.ledger_id() != victim)
-    assert reader_threads() == []
 
 
-async def test_closing_the_generator_early_stops_its_thread(cluster: Cluster) -> None:
+def reads_in_flight() -> int:
+    """Tasks on the worker's loop (reads of entries); none once a split is closed."""
+    loop = ledger_reader._worker_loop().loop
+
+    async def count() -> int:
+        return sum(1 for task in asyncio.all_tasks() if task is not asyncio.current_task())
+
+    return asyncio.run_coroutine_threadsafe(count(), loop).result(5)
+
+
+async def test_closing_the_generator_early_cancels_its_reads(cluster: Cluster) -> None:
     topic = f"{NS}/reader-limit"
     sent = await asyncio.to_thread(produce, cluster.broker.service_url, topic, 60, batching=False)
     splits = await plan(cluster, ref_of(topic), sent)
     whole = ReadSplit(splits[0].ref, splits[0].ledger_id, 0, ROLL_EVERY - 1, 4000)
 
-    def first_batch_then_close() -> tuple[int, int]:
-        batches = read_split(whole, source(cluster, maxRecordsPerBatch="1"))
+    def first_batch_then_close() -> int:
+        options = source(cluster, maxRecordsPerBatch="1")
+        # Connected first, so what the connection itself runs on the loop is the baseline.
+        list(read_split(ReadSplit(whole.ref, whole.ledger_id, 0, 0, 100), options))
+        baseline = reads_in_flight()
+        batches = read_split(whole, options)
         batch = next(batches)
-        running = len(reader_threads())
         batches.close()  # what Spark does on LIMIT 1
-        return batch.num_rows, running
+        until_blocking(lambda: reads_in_flight() == baseline, "the reads in flight stop")
+        return batch.num_rows
 
-    rows, running = await asyncio.to_thread(first_batch_then_close)
-    assert (rows, running) == (1, 1)
+    assert await asyncio.to_thread(first_batch_then_close) == 1
+    assert len(reader_threads()) == 1  # the worker's loop stays for its next task
+    ledger_reader.shutdown()
     assert reader_threads() == []
 
 
@@ -319,7 +348,6 @@ async def test_unreachable_bookies_are_a_source_error(cluster: Cluster) -> None:
     with pytest.raises(SparkSourceError, match=rf"\[{topic}\] ledger {closed[0].ledger_id}") as err:
         await asyncio.to_thread(read_all, closed, source(cluster))
     assert not isinstance(err.value, DataLossError)
-    assert reader_threads() == []
 
 
 def test_an_empty_split_reads_nothing_without_connecting() -> None:

@@ -15,6 +15,7 @@ import pytest
 from stripemq.errors import CorruptEntryError
 from stripemq.managed_ledger.ledger_list import LedgerList, managed_ledger_path
 from stripemq.proto.topic_name import TopicName
+from stripemq.spark import ledger_reader
 from stripemq.spark.catalog import LedgerCatalog, connect
 from stripemq.spark.ledger_reader import THREAD_PREFIX, read_split
 from stripemq.spark.options import SourceOptions
@@ -128,7 +129,7 @@ async def test_read_split_reads_a_running_standalone_while_it_is_written(
     writer: KeepWriting | None = None
     try:
         writer = await asyncio.to_thread(KeepWriting, standalone.service_url)
-        await asyncio.to_thread(writer.send, 40)
+        await asyncio.to_thread(writer.send, 60)  # >= 15 entries: >= 3 ledgers
         writer.thread.start()  # and it keeps writing while Spark's reader reads
 
         metadata_url = f"local://{tmp_path / 'data' / 'metadata'}"
@@ -158,6 +159,7 @@ async def test_read_split_reads_a_running_standalone_while_it_is_written(
         # The writer was never fenced: it is still getting receipts.
         before = len(writer.acked)
         await until(lambda: len(writer.acked) > before + 10, "the producer keeps writing")
+        ledger_reader.shutdown()
         assert [t for t in threading.enumerate() if t.name.startswith(THREAD_PREFIX)] == []
     finally:
         if writer is not None:
