@@ -7,11 +7,13 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pulsar
+import pytest
 
 from stripemq.broker.partitions import create_partitioned_topic
 from stripemq.managed_ledger.ledger_chain import LedgerInfo
@@ -221,3 +223,31 @@ def fill_publish_times(consumer: pulsar.Consumer, sent: list[Sent]) -> None:
         if found is not None and found.publish_time == 0:
             found.publish_time = message.publish_timestamp()
             seen += 1
+
+
+NS = "persistent://public/default"
+
+
+@pytest.fixture(scope="session", name="spark_cluster")
+def spark_cluster_fixture(
+    zookeeper_server: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cluster]:
+    """One cluster for every Spark test module that reads through a broker process (each
+    test uses topics of its own)."""
+    running = start_cluster(zookeeper_server, tmp_path_factory.mktemp("spark"), "spark")
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture(name="client")
+def client_fixture(spark_cluster: Cluster) -> Iterator[pulsar.Client]:
+    c = pulsar.Client(spark_cluster.service_url, operation_timeout_seconds=30)
+    yield c
+    c.close()
+
+
+def topic_name(tag: str) -> str:
+    """A topic of the default namespace no other test uses."""
+    return f"{NS}/{tag}-{uuid.uuid4().hex[:6]}"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,13 +22,15 @@ from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual
 from spark_cluster import (
     Cluster,
     Sent,
+    client_fixture,
     create_partitioned,
     fill_publish_times,
     holder,
     id_tuple,
     ledger_chain,
     produce,
-    start_cluster,
+    spark_cluster_fixture,
+    topic_name,
 )
 
 from stripemq.errors import DataLossError, UnknownTopicError
@@ -37,33 +38,16 @@ from stripemq.spark import schema
 from stripemq.spark.source import SplitPartition, StripeMQDataSource
 from stripemq.testing.polling import next_millisecond, until_blocking
 from stripemq.testing.standalone import StandaloneProcess
-from stripemq.testing.zookeeper import ZooKeeperServer
 
 pytestmark = pytest.mark.integration
 
-NS = "persistent://public/default"
-
-
-@pytest.fixture(scope="module")
-def cluster(
-    zookeeper_server: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Cluster]:
-    running = start_cluster(zookeeper_server, tmp_path_factory.mktemp("spark-source"), "spark")
-    try:
-        yield running
-    finally:
-        running.stop()
-
 
 @pytest.fixture
-def client(cluster: Cluster) -> Iterator[pulsar.Client]:
-    c = pulsar.Client(cluster.service_url, operation_timeout_seconds=30)
-    yield c
-    c.close()
+def cluster(spark_cluster: Cluster) -> Cluster:
+    return spark_cluster
 
 
-def topic_name(tag: str) -> str:
-    return f"{NS}/{tag}-{uuid.uuid4().hex[:6]}"
+__all__ = ["client_fixture", "spark_cluster_fixture"]  # fixtures, used by their names
 
 
 def load(spark: SparkSession, cluster: Cluster, **options: str) -> DataFrame:

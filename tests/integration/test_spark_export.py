@@ -16,8 +16,6 @@ import os
 import signal
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +26,13 @@ from pyspark.sql import SparkSession
 from spark_cluster import (
     Cluster,
     Sent,
+    client_fixture,
     fill_publish_times,
     holder,
     id_tuple,
     produce,
-    start_cluster,
+    spark_cluster_fixture,
+    topic_name,
 )
 
 import stripemq
@@ -44,34 +44,18 @@ from stripemq.spark.catalog import LedgerCatalog, connect
 from stripemq.spark.export import ExportRequest, run_export
 from stripemq.spark.planning import TopicPartitionRef
 from stripemq.testing.polling import next_millisecond, until_blocking
-from stripemq.testing.zookeeper import ZooKeeperServer
 
 pytestmark = pytest.mark.integration
 
-NS = "persistent://public/default"
-REPO = Path(stripemq.__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def cluster(
-    zookeeper_server: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Cluster]:
-    running = start_cluster(zookeeper_server, tmp_path_factory.mktemp("spark-export"), "export")
-    try:
-        yield running
-    finally:
-        running.stop()
-
 
 @pytest.fixture
-def client(cluster: Cluster) -> Iterator[pulsar.Client]:
-    c = pulsar.Client(cluster.service_url, operation_timeout_seconds=30)
-    yield c
-    c.close()
+def cluster(spark_cluster: Cluster) -> Cluster:
+    return spark_cluster
 
 
-def topic_name(tag: str) -> str:
-    return f"{NS}/{tag}-{uuid.uuid4().hex[:6]}"
+__all__ = ["client_fixture", "spark_cluster_fixture"]  # fixtures, used by their names
+
+REPO = Path(stripemq.__file__).resolve().parents[1]
 
 
 def wait_readable(cluster: Cluster, topic: str, sent: list[Sent]) -> None:

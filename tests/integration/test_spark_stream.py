@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pulsar
@@ -18,40 +17,29 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from spark_cluster import (
+    NS,
     Cluster,
     Sent,
+    client_fixture,
     create_partitioned,
     holder,
     id_tuple,
     ledger_chain,
     produce,
-    start_cluster,
+    spark_cluster_fixture,
 )
 
 from stripemq.testing.polling import until_blocking
-from stripemq.testing.zookeeper import ZooKeeperServer
 
 pytestmark = pytest.mark.integration
 
-NS = "persistent://public/default"
-
-
-@pytest.fixture(scope="module")
-def cluster(
-    zookeeper_server: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Cluster]:
-    running = start_cluster(zookeeper_server, tmp_path_factory.mktemp("spark-stream"), "stream")
-    try:
-        yield running
-    finally:
-        running.stop()
-
 
 @pytest.fixture
-def client(cluster: Cluster) -> Iterator[pulsar.Client]:
-    c = pulsar.Client(cluster.service_url, operation_timeout_seconds=30)
-    yield c
-    c.close()
+def cluster(spark_cluster: Cluster) -> Cluster:
+    return spark_cluster
+
+
+__all__ = ["client_fixture", "spark_cluster_fixture"]  # fixtures, used by their names
 
 
 class Stream:
