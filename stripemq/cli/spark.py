@@ -20,7 +20,8 @@ def add_spark_parser(sub: argparse._SubParsersAction) -> None:
         "export",
         help="export topics to Parquet, incrementally (a manifest in the output directory)",
         description="Export topics to Parquet, read straight from the bookies. Running it "
-        "again exports only what is new; a failed run leaves no visible file.",
+        "again exports only what is new. A run that fails removes what it wrote; one killed "
+        "while moving its files into place can leave some, which the next run removes.",
     )
     add_export_arguments(export, master_default="local[*]")
 

@@ -4,7 +4,10 @@ A run, in order:
 
 1. **Lock and recover** (``OUT/_stripemq_export.lock``, one run at a time per directory):
    delete ``OUT/_staging`` (what a crashed run staged) and every run file no committed run
-   lists (what a run that died between moving its files and committing left).
+   lists (what a run that died between moving its files and committing left). Run files
+   without a manifest are refused, never deleted: the manifest was lost, since a first
+   run writes one (empty) before it moves files in. ``OUT`` is created if missing, and
+   removed again if planning fails.
 2. **Plan** on the driver, without Spark: ``LedgerCatalog.plan`` with ``--since/--until``
    as publish-time pushdown (ledgers and entry ranges pruned), then subtract what the
    manifest holds (``Manifest.pending_work``). Ranges an earlier ``--until`` run examined
@@ -24,8 +27,9 @@ A run, in order:
 4. **Commit**: the staged files are synced and renamed into ``OUT`` as
    ``[date=YYYY-MM-DD/]part-<n>-<run id>.parquet``, their directories synced, and the
    manifest written last (atomically). A run that fails before that point removes what it
-   staged and moved; a run killed outright leaves only ``_``-prefixed paths or run files
-   the next run deletes. Parquet readers (Spark, pyarrow) skip ``_``-prefixed paths.
+   staged and moved; a run killed outright (or during the moves) leaves ``_``-prefixed
+   paths or run files the next run deletes. Parquet readers (Spark, pyarrow) skip
+   ``_``-prefixed paths.
 
 What the manifest records when time bounds are used is described in ``manifest.py``:
 ``--since`` is the export's fixed floor, ``--until`` is exact per run.
@@ -131,7 +135,24 @@ class ExportRequest:
             raise ConfigError(f"--writer is one of {', '.join(WRITERS)}, not {self.writer!r}")
         if bool(self.topics) == (self.topics_pattern is not None):
             raise ConfigError("give the topics to export: --topic, --topics or --topics-pattern")
+        for key in self.source_options:
+            flag = _FLAG_OPTIONS.get(key.strip().lower())
+            if flag is not None:
+                raise ConfigError(f"--option {key}: {flag}")
         return SourceOptions.parse(self.raw_options())
+
+
+# Source options the export sets from its own flags, or has no use for.
+_FLAG_OPTIONS = {
+    "metadata": "use --metadata",
+    "topic": "use --topic",
+    "topics": "use --topics",
+    "topicspattern": "use --topics-pattern",
+    "failondataloss": "use --fail-on-data-loss",
+    "startingoffsets": "a streaming option, not the export's",
+    "maxentriespertrigger": "a streaming option, not the export's",
+    "stripemq.exportsplits": "internal to the export",
+}
 
 
 @dataclass(frozen=True)
@@ -227,13 +248,14 @@ def run_export(
     started_ms = now_ms()
     options = request.check()
     out = Path(request.out)
-    out.mkdir(parents=True, exist_ok=True)
+    created = _make_out(out)
     with _locked(out):
-        loaded = mf.load(out)
-        if loaded is not None:
-            loaded.check_request(request.partition_by, request.since_ms)
-        recover(out, loaded)
-        plan = asyncio.run(_plan(request, options, loaded))
+        with _removed_if_failing(out, created):
+            loaded = mf.load(out)
+            if loaded is not None:
+                loaded.check_request(request.partition_by, request.since_ms)
+            recover(out, loaded)
+            plan = asyncio.run(_plan(request, options, loaded))
         plan_seconds = time.monotonic() - started
         run_id = mf.new_run_id(started_ms)
         if not plan.work:
@@ -258,6 +280,10 @@ def run_export(
                 staged = sorted((staging / name, rows) for name, rows in written)
             names = _run_names(staged, staging, run_id)
             _sync_files(path for path, _ in staged)
+            if plan.first_run and names:
+                # A manifest before the first files land: run files without one are then
+                # never a crashed first run's, and ``recover`` refuses to touch them.
+                mf.write(out, plan.base)
             for (path, _), name in zip(staged, names, strict=True):
                 target = out / name
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -284,7 +310,7 @@ def run_export(
             # No file (every message filtered out): what was read is settled all the same.
             _commit_manifest(out, plan, request, run=run if names else None)
         except BaseException:
-            _undo(out, run_id, moved)
+            _undo(out, run_id, moved, first_run=plan.first_run)
             raise
         finally:
             shutil.rmtree(out / mf.STAGING_DIR, ignore_errors=True)
@@ -319,17 +345,58 @@ def run_export(
 # ---------------------------------------------------------------------- recovery
 
 
-def _undo(out: Path, run_id: str, moved: Sequence[Path]) -> None:
+def _undo(out: Path, run_id: str, moved: Sequence[Path], *, first_run: bool) -> None:
     """Delete the files a failed run moved into ``out`` (unless its manifest made it to
-    disk after all: then they are committed and stay)."""
+    disk after all: then they are committed and stay), and the empty manifest a failed
+    first run wrote before moving them."""
+    empty_manifest = False
     with contextlib.suppress(mf.ManifestError, OSError):
         current = mf.load(out)
         if current is not None and run_id in current.committed_run_ids:
             return
+        empty_manifest = current is not None and not current.runs and not current.topics
     for target in moved:
         with contextlib.suppress(FileNotFoundError):
             target.unlink()
     _remove_empty_partition_dirs(out)
+    if first_run and empty_manifest:  # last: run files never outlive it
+        with contextlib.suppress(OSError):
+            (out / mf.MANIFEST_NAME).unlink()
+
+
+def _make_out(out: Path) -> list[Path]:
+    """Create ``out`` and its missing parents; the directories created, deepest first.
+
+    Raises:
+        ConfigError: it cannot be (a file in the way, no permission), in one line.
+    """
+    try:
+        if out.exists() and not out.is_dir():
+            raise ConfigError(f"--out {out} is not a directory")
+        created = []
+        for path in (out, *out.parents):
+            if path.exists():
+                break
+            created.append(path)
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--out {out}: cannot create it: {exc.strerror or exc}") from None
+    return created
+
+
+@contextlib.contextmanager
+def _removed_if_failing(out: Path, created: Sequence[Path]) -> Iterator[None]:
+    """Remove the directories this run created (with its lock file) when what runs
+    inside fails: a mistyped topic or an unreachable store leaves no empty export."""
+    try:
+        yield
+    except BaseException:
+        if created:
+            with contextlib.suppress(OSError):
+                (out / mf.LOCK_NAME).unlink()
+                for directory in created:
+                    directory.rmdir()  # only when empty
+        raise
 
 
 @contextlib.contextmanager
@@ -338,9 +405,12 @@ def _locked(out: Path) -> Iterator[None]:
     when the process dies).
 
     Raises:
-        ConfigError: another run holds it.
+        ConfigError: another run holds it, or ``out`` is not writable.
     """
-    fd = os.open(out / mf.LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(out / mf.LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise ConfigError(f"--out {out}: cannot write into it: {exc.strerror or exc}") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -353,12 +423,23 @@ def _locked(out: Path) -> Iterator[None]:
 
 def recover(out: Path, manifest: Manifest | None) -> list[str]:
     """Undo what runs that never committed left in ``out``: the staging directory and run
-    files no committed run lists (deleted); returns the files deleted."""
+    files no committed run lists (deleted); returns the files deleted.
+
+    Raises:
+        ConfigError: ``out`` holds run files but no manifest (lost or deleted: a first run
+        writes one before it moves files in), so nothing tells which are committed.
+    """
+    found = list(mf.find_run_files(out))
+    if manifest is None and found:
+        raise ConfigError(
+            f"{out} holds {len(found)} export files ({found[0][0]}, ...) but no manifest "
+            f"({mf.MANIFEST_NAME}): restore it, or export to another directory"
+        )
     staging = out / mf.STAGING_DIR
     if staging.exists():
         log.warning("[%s] removing %s, left by a run that did not finish", out, staging)
         shutil.rmtree(staging)
-    orphans = mf.orphan_files(manifest, mf.find_run_files(out))
+    orphans = mf.orphan_files(manifest, found)
     for name in orphans:
         log.warning("[%s] removing %s, written by a run that never committed", out, name)
         (out / name).unlink()
@@ -587,16 +668,26 @@ _TASK_ERROR = re.compile(r"stripemq\.errors\.(?P<name>[A-Za-z]+): (?P<message>[^
 
 def spark_failure(exc: BaseException) -> StripeMQError:
     """The stripemq error a failed Spark job carries (a task's ``DataLossError``, ...) with
-    its message, or a ``SparkSourceError`` with the first line of Spark's."""
+    its message, or a ``SparkSourceError`` with the first line of Spark's.
+
+    A task's traceback prints a chain of causes innermost first (a ``BookieError``, then
+    the ``DataLossError`` raised from it naming topic and ledger): the source's own
+    errors (``SparkSourceError``) win, the last one printed (the outermost); failing
+    that, the last stripemq error."""
     text = str(exc)
-    found = _TASK_ERROR.search(text)
-    if found is not None:
-        kind = getattr(errors, found.group("name"), None)
+    found: list[StripeMQError] = []
+    for match in _TASK_ERROR.finditer(text):
+        kind = getattr(errors, match.group("name"), None)
         if isinstance(kind, type) and issubclass(kind, StripeMQError):
             try:
-                return kind(found.group("message").strip())
+                found.append(kind(match.group("message").strip()))
             except TypeError:
                 pass
+    for error in reversed(found):
+        if isinstance(error, SparkSourceError):
+            return error
+    if found:
+        return found[-1]
     first = next((line.strip() for line in text.splitlines() if line.strip()), repr(exc))
     return SparkSourceError(f"the Spark job failed: {first[:500]}")
 

@@ -1,13 +1,17 @@
 """The ``stripemq`` data source's options, parsed and checked once on the driver.
 
-Spark hands options as a case-insensitive map of strings; ``SourceOptions.parse`` turns it
-into one picklable record the executors receive with every partition. Names follow the
-Pulsar Spark connector where it has one (``topic``, ``topics``, ``topicsPattern``,
-``failOnDataLoss``, ``startingOffsets``, ``maxEntriesPerTrigger``).
+Spark hands options as a case-insensitive map of strings (keys lowercased);
+``SourceOptions.parse`` turns it into one picklable record the executors receive with every
+partition. Names follow the Pulsar Spark connector where it has one (``topic``, ``topics``,
+``topicsPattern``, ``failOnDataLoss``, ``startingOffsets``, ``maxEntriesPerTrigger``).
+An option this source does not know is refused (a misspelt one would otherwise be ignored
+silently), and so is a path: Spark passes ``load(path)`` as the option ``path`` (or
+``paths``), which means nothing to this source.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,6 +24,25 @@ DEFAULT_MAX_BYTES_PER_PARTITION = 64 * 1024 * 1024
 DEFAULT_MAX_RECORDS_PER_BATCH = 10_000
 DEFAULT_PUBLISH_TIME_SKEW_MS = 60_000
 _SCHEMES = ("zk://", "local://")
+# The options this source knows, by the lowercase key Spark hands over, with the name they
+# are documented (and reported) by.
+OPTION_NAMES = {
+    name.lower(): name
+    for name in (
+        "metadata",
+        "topic",
+        "topics",
+        "topicsPattern",
+        "failOnDataLoss",
+        "maxEntriesPerPartition",
+        "maxBytesPerPartition",
+        "maxRecordsPerBatch",
+        "publishTimeSkewMs",
+        "startingOffsets",
+        "maxEntriesPerTrigger",
+        "stripemq.exportSplits",  # internal: the export's exact entry ranges (source.py)
+    )
+}
 
 
 @dataclass(frozen=True)
@@ -44,8 +67,17 @@ class SourceOptions:
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> SourceOptions:
-        """Check ``raw`` (Spark's options); ``ConfigError`` names the bad option."""
-        opts = {str(k).lower(): str(v) for k, v in raw.items()}
+        """Check ``raw`` (Spark's options); ``ConfigError`` names the bad option as it is
+        documented (``maxEntriesPerPartition``), refuses one it does not know (suggesting
+        the closest known name) and a key given twice in different case."""
+        opts: dict[str, str] = {}
+        for key, value in raw.items():
+            name = str(key).strip().lower()
+            if name in opts:
+                raise ConfigError(f'option "{OPTION_NAMES.get(name, key)}" is given twice')
+            if name not in OPTION_NAMES:
+                _refuse_unknown(str(key).strip())
+            opts[name] = str(value)
         metadata = opts.get("metadata", "").strip()
         if not metadata:
             raise ConfigError('option "metadata" is required: zk://host:port/chroot or local://DIR')
@@ -131,7 +163,7 @@ def _boolean(opts: Mapping[str, str], name: str, default: bool) -> bool:
         return True
     if value.strip().lower() in ("false", "0", "no"):
         return False
-    raise ConfigError(f'option "{name}" must be true or false, not {value!r}')
+    raise ConfigError(f'option "{OPTION_NAMES[name]}" must be true or false, not {value!r}')
 
 
 def _positive(opts: Mapping[str, str], name: str, default: int, *, zero: bool = False) -> int:
@@ -141,7 +173,26 @@ def _positive(opts: Mapping[str, str], name: str, default: int, *, zero: bool = 
     try:
         number = int(value)
     except ValueError:
-        raise ConfigError(f'option "{name}" must be an integer, not {value!r}') from None
+        raise ConfigError(
+            f'option "{OPTION_NAMES[name]}" must be an integer, not {value!r}'
+        ) from None
     if number < 0 or (number == 0 and not zero):
-        raise ConfigError(f'option "{name}" must be positive, not {number}')
+        raise ConfigError(f'option "{OPTION_NAMES[name]}" must be positive, not {number}')
     return number
+
+
+def _refuse_unknown(key: str) -> None:
+    """Raises: ConfigError: always, for ``key``, an option this source does not know."""
+    if key.lower() in ("path", "paths"):
+        raise ConfigError(
+            "the stripemq source reads topics, not a path: give the option "
+            '"topic", "topics" or "topicsPattern" and call load() without one'
+        )
+    close = difflib.get_close_matches(key.lower(), OPTION_NAMES, n=1)
+    if close:
+        hint = f'did you mean "{OPTION_NAMES[close[0]]}"?'
+    else:
+        hint = "known: " + ", ".join(
+            name for name in OPTION_NAMES.values() if not name.startswith("stripemq.")
+        )
+    raise ConfigError(f'unknown option "{key}" ({hint})')

@@ -10,13 +10,19 @@ bounded entry range of one ledger; reading (``ledger_reader``) opens that ledger
 without recovery, so a live writer is never fenced.
 
 The schema is fixed (``schema.COLUMNS``); a query that gives another one is refused.
+
+One option is internal, not for users: ``stripemq.exportSplits`` (``manifest.py``), by
+which ``stripemq spark export --writer spark`` hands over the exact entry ranges to read
+instead of letting the reader plan. It is checked like the others: every range must
+belong to a topic the options name (or match), so it cannot read beyond them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator, MutableMapping
+import re
+from collections.abc import Iterator, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
@@ -29,6 +35,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from stripemq.errors import ConfigError
+from stripemq.proto.topic_name import InvalidTopicNameError, TopicName
 from stripemq.spark import schema
 from stripemq.spark.options import SourceOptions
 from stripemq.spark.planning import Pushdown, ReadSplit, translate_filters
@@ -83,6 +90,52 @@ def check_schema(given: StructType) -> None:
         )
 
 
+def check_exact_splits(options: SourceOptions, splits: Sequence[ReadSplit]) -> None:
+    """Refuse internal ``stripemq.exportSplits`` ranges outside what ``options`` names: a
+    range of another topic (or one whose names disagree), or not a range of entries.
+
+    Raises:
+        ConfigError: naming the first such range.
+    """
+    for split in splits:
+        ref = split.ref
+        try:
+            topic: TopicName | None = TopicName.parse(ref.topic)
+        except InvalidTopicNameError:
+            topic = None
+        consistent = (
+            topic is not None
+            and topic.persistent
+            and str(topic) == ref.topic
+            and topic.managed_ledger_name == ref.managed_ledger
+            and topic.partition_index == ref.partition
+        )
+        if not consistent or topic is None or not _names(options, topic):
+            raise ConfigError(
+                f"internal option stripemq.exportSplits: a range of {ref.topic!r}, "
+                "a topic the options do not name"
+            )
+        if split.ledger_id < 0 or split.first_entry < 0 or split.last_entry < split.first_entry:
+            raise ConfigError(
+                f"internal option stripemq.exportSplits: ledger {split.ledger_id} entries "
+                f"{split.first_entry}..{split.last_entry} of {ref.topic} is not a range"
+            )
+
+
+def _names(options: SourceOptions, topic: TopicName) -> bool:
+    """``options`` name ``topic`` (a partition: or its partitioned topic), as
+    ``LedgerCatalog.resolve`` reads them."""
+    names = {str(topic), str(topic.partitioned_topic)}
+    if options.topics_pattern is None:
+        return not names.isdisjoint(options.topics)
+    pattern = options.topics_pattern
+    if not pattern.startswith("persistent://"):
+        pattern = f"persistent://{pattern}"
+    return topic.namespace_name == options.pattern_namespace and any(
+        re.fullmatch(pattern, name) for name in names
+    )
+
+
 class StripeMQDataSource(DataSource):
     """``spark.read.format("stripemq")`` and ``spark.readStream.format("stripemq")``."""
 
@@ -91,6 +144,16 @@ class StripeMQDataSource(DataSource):
         # ``load()`` (where Spark creates the source) rather than the first action.
         super().__init__(options)
         self.source_options = SourceOptions.parse(options)
+        from stripemq.spark.manifest import EXPORT_SPLITS_OPTION, decode_splits
+
+        exact = next(
+            (v for k, v in options.items() if str(k).lower() == EXPORT_SPLITS_OPTION.lower()),
+            None,
+        )
+        # ``stripemq spark export`` hands over the exact entry ranges to read (internal).
+        self.exact_splits = decode_splits(exact) if exact is not None else None
+        if self.exact_splits is not None:
+            check_exact_splits(self.source_options, self.exact_splits)
 
     @classmethod
     def name(cls) -> str:
@@ -101,11 +164,7 @@ class StripeMQDataSource(DataSource):
 
     def reader(self, schema: StructType) -> StripeMQBatchReader:
         check_schema(schema)
-        # ``stripemq spark export`` hands over the exact entry ranges to read (hidden option).
-        from stripemq.spark.manifest import EXPORT_SPLITS_OPTION, decode_splits
-
-        exact = self.options.get(EXPORT_SPLITS_OPTION)
-        return StripeMQBatchReader(self.source_options, decode_splits(exact) if exact else None)
+        return StripeMQBatchReader(self.source_options, self.exact_splits)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         check_schema(schema)
@@ -120,7 +179,8 @@ class StripeMQBatchReader(DataSourceReader):
     reads one split per partition.
 
     After ``partitions()`` the plan stays readable as ``planned`` (tests inspect it); it is
-    left out when Spark pickles the reader to the executors, which need only the options."""
+    left out when Spark pickles the reader to the executors, which need only the options
+    (each partition carries its split), and so are the export's ``exact`` splits."""
 
     def __init__(self, options: SourceOptions, exact: list[ReadSplit] | None = None) -> None:
         self.options = options
@@ -131,6 +191,7 @@ class StripeMQBatchReader(DataSourceReader):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["planned"] = None
+        state["exact"] = None
         return state
 
     def pushFilters(self, filters: list[Filter]) -> list[Filter]:

@@ -13,21 +13,27 @@ as ``(ledger, entry)``: ledger ids grow along a chain. A partition a query has n
 (a new partition, a new topic matching ``topicsPattern``) starts from nothing.
 
 Positions are kept *forward-normalized*: once a closed ledger has been consumed to its end
-and the chain shows the next ledger, the position becomes ``(next, -1)``. So a position
-whose ledger has vanished from the chain (trimmed by retention, or deleted) tells whether
+and the chain shows a later ledger holding entries, the position becomes ``(that ledger,
+-1)``. A position never stands on a ledger without entries: a broker that loads the topic
+again (a restart, an unload) drops empty ledgers from the list, the open one it was
+writing included, so such a position would look lost. Until a later ledger has entries,
+the position stays on the last entry of the closed ledger, ``closed`` set (and the end of
+a chain whose open ledger is empty is the last entry before it). So a position whose
+ledger has vanished from the chain (trimmed by retention, or deleted) tells whether
 anything was lost: if ``closed``, reading goes on with the next ledger that exists;
 otherwise entries after it may be gone, which is a ``DataLossError`` naming topic and ledger
 (``failOnDataLoss=false`` logs a warning and skips to what exists). Ledgers are trimmed
 only from the front of a chain, so a chain that ends *before* a position's ledger is not
 loss but a metadata server lagging behind the one that gave the position (ZooKeeper
 followers may): planning reads the lists again (``SnapshotBehindError``) rather than skip.
-The one case this cannot tell apart: a position whose ledger was closed and was the last
-of its chain, when the next ledger(s) were created, filled, closed and trimmed before the
-next micro-batch: those are skipped unseen. A subscription or retention on the topic keeps
-ledgers for a stream that runs less often than they roll over.
+The one case this cannot tell apart: a position on the last entry of a closed ledger with
+no later entries seen, when the next ledger(s) were created, filled, closed and trimmed
+before the next micro-batch: those are skipped unseen. A subscription or retention on the
+topic keeps ledgers for a stream that runs less often than they roll over.
 
 Admission control: ``maxEntriesPerTrigger`` caps the **entries** (not rows) of one
-micro-batch, spread over partitions in proportion to their backlog. Spark's built-in read
+micro-batch, spread over partitions in proportion to their backlog, with at least one
+for every partition waiting when the cap has that many (``allocate``). Spark's built-in read
 limits only count rows, files or bytes; the source hands its cap to Spark as
 ``ReadMaxRows(maxEntriesPerTrigger)`` (the only limit carrying a count) and reads a
 ``ReadMaxRows(n)`` back as at most ``n`` entries. That is exact when producers do not
@@ -160,27 +166,30 @@ def earlier(a: Position, b: Position) -> Position:
 
 def normalize(pos: Position, chain: Sequence[LedgerSpan]) -> Position:
     """``pos`` moved forward over closed ledgers it has consumed to their end, to ``(next
-    ledger, -1)``; ``closed`` set when it sits on the last entry of a closed ledger."""
+    ledger with entries, -1)``; ``closed`` set when it sits on the last entry of a closed
+    ledger with no later entries in ``chain`` (never onto an empty ledger: a broker drops
+    those from the list when it loads the topic again)."""
     index = {span.ledger_id: i for i, span in enumerate(chain)}
     while pos.ledger in index:
         i = index[pos.ledger]
         span = chain[i]
         if not (span.closed and pos.entry >= span.last_entry):
             break
-        if i + 1 == len(chain):
+        nxt = next((later for later in chain[i + 1 :] if later.last_entry >= 0), None)
+        if nxt is None:
             return Position(pos.ledger, pos.entry, closed=True)
-        nxt = chain[i + 1]
         pos = Position(nxt.ledger_id, -1, closed=False)
     return pos
 
 
 def chain_end(chain: Sequence[LedgerSpan]) -> Position:
     """The position after consuming everything readable in ``chain`` now (the open ledger
-    up to its LAC); ``NOTHING`` for an empty chain."""
-    if not chain:
-        return NOTHING
-    last = chain[-1]
-    return Position(last.ledger_id, last.last_entry, closed=last.closed)
+    up to its LAC): the last entry of its last ledger holding one, so never a ledger a
+    broker may drop as empty; ``NOTHING`` when no ledger holds an entry."""
+    for span in reversed(chain):
+        if span.last_entry >= 0:
+            return Position(span.ledger_id, span.last_entry, closed=span.closed)
+    return NOTHING
 
 
 def pending(
@@ -280,19 +289,27 @@ def position_after(start: Position, ranges: Sequence[EntryRange]) -> Position:
 
 
 def allocate(backlog: Mapping[str, int], cap: int) -> dict[str, int]:
-    """Share ``cap`` entries over partitions in proportion to their backlog: every
-    partition gets its floor share, the rest goes one by one in name order to those with
-    more waiting. All of it when the backlog fits; never more than a partition has."""
+    """Share ``cap`` entries over partitions: all of it when the backlog fits, never more
+    than a partition has. Otherwise in proportion to the backlogs, the odd entries going
+    to the largest fractions (then the largest backlogs, then names); and when the cap
+    has an entry for every partition waiting, none is left without one (taken from the
+    largest shares). So no partition starves under a small cap: one that got nothing has
+    the larger backlog next time."""
     total = sum(backlog.values())
     if total <= cap:
         return dict(backlog)
     shares = {name: waiting * cap // total for name, waiting in backlog.items()}
     left = cap - sum(shares.values())
-    while left > 0:
-        for name in sorted(backlog):
-            if left > 0 and shares[name] < backlog[name]:
-                shares[name] += 1
-                left -= 1
+    by_fraction = sorted(backlog, key=lambda n: (-(backlog[n] * cap % total), -backlog[n], n))
+    for name in by_fraction[:left]:  # fewer than the partitions with a fraction
+        shares[name] += 1
+    waiting = [name for name in backlog if backlog[name] > 0]
+    if len(waiting) <= cap:
+        for name in sorted(waiting, key=lambda n: (-backlog[n], n)):
+            if shares[name] == 0:
+                richest = max(waiting, key=lambda n: (shares[n], -backlog[n]))
+                shares[richest] -= 1  # it has two or more: the shares sum to ``cap``
+                shares[name] = 1
     return shares
 
 

@@ -20,7 +20,7 @@ import logging
 import os
 import re
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,10 +49,12 @@ def add_export_arguments(parser: argparse.ArgumentParser, *, master_default: str
     parser.add_argument(
         "--since",
         help="only messages published at or after this ISO 8601 time (UTC unless it has an "
-        "offset); the export keeps it for later runs",
+        "offset; a date alone is its start, 00:00); the export keeps it for later runs",
     )
     parser.add_argument(
-        "--until", help="only messages published at or before this ISO 8601 time (this run)"
+        "--until",
+        help="only messages published at or before this ISO 8601 time, for this run (a date "
+        "alone means through its end: --until 2026-11-30 includes all of November 30)",
     )
     parser.add_argument(
         "--partition-by",
@@ -98,8 +100,10 @@ def add_export_arguments(parser: argparse.ArgumentParser, *, master_default: str
 _DATE_ONLY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
-def parse_time(flag: str, text: str) -> int:
+def parse_time(flag: str, text: str, *, end_of_day: bool = False) -> int:
     """An ISO 8601 date or date-time (UTC when it names no offset) in epoch milliseconds.
+    A date alone is its first millisecond, or with ``end_of_day`` its last (an inclusive
+    upper bound: ``--until 2026-11-30`` includes that whole day).
 
     Raises:
         ConfigError: ``text`` is not one (the message names ``flag``).
@@ -110,6 +114,8 @@ def parse_time(flag: str, text: str) -> int:
     try:
         if _DATE_ONLY.match(value):
             moment = datetime.fromisoformat(value + "T00:00:00")
+            if end_of_day:
+                moment += timedelta(days=1, milliseconds=-1)
         else:
             moment = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
@@ -150,7 +156,7 @@ def request_from_args(args: argparse.Namespace) -> ExportRequest:
         topics=topics,
         topics_pattern=args.topics_pattern,
         since_ms=parse_time("--since", args.since) if args.since else None,
-        until_ms=parse_time("--until", args.until) if args.until else None,
+        until_ms=parse_time("--until", args.until, end_of_day=True) if args.until else None,
         partition_by=args.partition_by,
         fail_on_data_loss=args.fail_on_data_loss == "true",
         source_options=extra,

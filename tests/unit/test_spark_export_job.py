@@ -6,12 +6,25 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from stripemq.errors import ConfigError, CorruptEntryError, DataLossError, SparkSourceError
-from stripemq.spark.export import ExportRequest, ExportResult, spark_failure
+from stripemq.errors import (
+    ConfigError,
+    CorruptEntryError,
+    DataLossError,
+    SparkSourceError,
+    UnknownTopicError,
+)
+from stripemq.spark import export
+from stripemq.spark import manifest as mf
+from stripemq.spark.export import ExportRequest, ExportResult, run_export, spark_failure
+from stripemq.spark.manifest import ExportRange, Manifest
+from stripemq.spark.options import SourceOptions
+from stripemq.spark.planning import ReadSplit, TopicPartitionRef
 from stripemq.spark.progress import (
     PlannedWork,
     Summary,
@@ -44,6 +57,18 @@ def parse(*argv: str) -> argparse.Namespace:
 )
 def test_times_are_iso_8601_and_utc_by_default(text: str, expected: int) -> None:
     assert parse_time("--since", text) == expected
+
+
+def test_a_date_alone_until_means_through_the_end_of_that_day() -> None:
+    end_of_nov_30 = 1_796_083_200_000 - 1  # 2026-12-01T00:00Z, less 1 ms
+    assert parse_time("--until", "2026-11-30", end_of_day=True) == end_of_nov_30
+    assert parse_time("--until", "2026-11-30T00:00", end_of_day=True) == end_of_nov_30 - 86_399_999
+    request = request_from_args(
+        parse("--topic", "a", "--since", "2026-11-30", "--until", "2026-11-30")
+    )
+    assert request.since_ms == 1_796_083_200_000 - 86_400_000
+    assert request.until_ms == end_of_nov_30
+    request.check()  # the same day: not "--since is after --until"
 
 
 def test_a_bad_time_names_its_flag() -> None:
@@ -90,6 +115,12 @@ def test_one_topic_flag_is_required() -> None:
         ({"metadata": "http://x"}, "must be zk:// or local://"),
         ({"source_options": {"maxEntriesPerPartition": "0"}}, "must be positive"),
         ({"topics": ("non-persistent://public/default/x",)}, "only persistent topics"),
+        (
+            {"source_options": {"maxEntriesPerPartiton": "10"}},
+            'unknown option "maxEntriesPerPartiton" \\(did you mean "maxEntriesPerPartition"',
+        ),
+        ({"source_options": {"Metadata": "zk://h:1/y"}}, "--option Metadata: use --metadata"),
+        ({"source_options": {"startingOffsets": "latest"}}, "a streaming option"),
     ],
 )
 def test_bad_requests_are_refused_before_anything_runs(
@@ -126,6 +157,112 @@ def test_a_failed_spark_job_raises_the_error_its_task_raised() -> None:
     assert str(other) == "the Spark job failed: Job aborted due to stage failure: OOM"
     # A name that is not one of ours is not trusted.
     assert type(spark_failure(RuntimeError("stripemq.errors.Nope: x"))) is SparkSourceError
+
+
+CHAINED_TEXT = """An exception was thrown from the Python worker:
+Traceback (most recent call last):
+  File "/x/stripemq/bookie/client.py", line 88, in read_entries
+    raise NoSuchLedgerError(ledger_id)
+stripemq.errors.NoSuchLedgerError: ledger 12 does not exist
+
+The above exception was the direct cause of the following exception:
+
+Traceback (most recent call last):
+  File "/x/stripemq/spark/ledger_reader.py", line 214, in _open
+    raise self._deleted() from exc
+stripemq.errors.DataLossError: [persistent://public/default/t] ledger 12 was deleted
+
+	at org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException
+"""
+
+
+def test_a_chained_task_error_reports_the_outer_error_naming_topic_and_ledger() -> None:
+    error = spark_failure(RuntimeError(CHAINED_TEXT))
+    assert isinstance(error, DataLossError)
+    assert str(error) == "[persistent://public/default/t] ledger 12 was deleted"
+    # the source's own error wins over a later bookie error (printed as its context)
+    flipped = (
+        CHAINED_TEXT.replace("NoSuchLedgerError", "X").replace(
+            "stripemq.errors.X: ledger 12 does not exist", ""
+        )
+        + "stripemq.errors.NoSuchLedgerError: ledger 12 does not exist\n"
+    )
+    assert isinstance(spark_failure(RuntimeError(flipped)), DataLossError)
+    # only stripemq errors outside the source's: the last one printed
+    two = "stripemq.errors.ReadError: inner\n...\nstripemq.errors.NoSuchLedgerError: outer\n"
+    assert str(spark_failure(RuntimeError(two))) == "outer"
+
+
+# ---------------------------------------------------------------------- the output directory
+
+REF = TopicPartitionRef("persistent://public/default/t", -1, "public/default/persistent/t")
+
+
+def export_request(out: Path) -> ExportRequest:
+    return ExportRequest(metadata=METADATA, out=out, topics=("t",))
+
+
+def test_an_out_that_cannot_be_a_directory_is_one_config_error(tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for out, message in [(afile, "is not a directory"), (afile / "sub", "cannot create it")]:
+        with pytest.raises(ConfigError, match=message):
+            run_export(export_request(out), lambda: None, progress=False)
+    assert afile.read_text() == "x"
+
+
+def test_a_failed_plan_leaves_no_new_out_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def unknown(*_: Any) -> None:
+        raise UnknownTopicError("topic persistent://public/default/t does not exist")
+
+    monkeypatch.setattr(export, "_plan", unknown)
+    out = tmp_path / "new" / "export"
+    with pytest.raises(UnknownTopicError):
+        run_export(export_request(out), lambda: None, progress=False)
+    assert list(tmp_path.iterdir()) == []
+    # An existing directory is left as it was found (with the lock file).
+    (tmp_path / "old").mkdir()
+    with pytest.raises(UnknownTopicError):
+        run_export(export_request(tmp_path / "old"), lambda: None, progress=False)
+    assert (tmp_path / "old").is_dir()
+
+
+def test_a_first_run_writes_its_manifest_before_its_files_land(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """So run files without a manifest are never a crashed first run's (``recover``
+    refuses them); a first run that fails removes that manifest again."""
+    out = tmp_path / "out"
+    split = ReadSplit(REF, 5, 0, 9, 1000)
+
+    async def plan(request: ExportRequest, options: SourceOptions, loaded: Any) -> Any:
+        base = Manifest(partition_by=request.partition_by, since_ms=request.since_ms)
+        return export._Plan(options, base, loaded is None, None, [split], [], [ExportRange(split)])
+
+    def write(_session: Any, _request: Any, _plan: Any, staging: Path, *_: Any) -> Any:
+        staging.mkdir(parents=True)
+        (staging / "a.parquet").write_bytes(b"PAR1")
+        return [("a.parquet", 3)]
+
+    real_replace = os.replace
+    at_move: list[Manifest | None] = []
+
+    def replace(src: Any, dst: Any) -> None:
+        if str(dst).endswith(".parquet"):
+            at_move.append(mf.load(out))
+            raise OSError("disk gone")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(export, "_plan", plan)
+    monkeypatch.setattr(export, "_write", write)
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(OSError, match="disk gone"):
+        run_export(export_request(out), lambda: None, progress=False)
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert len(at_move) == 1 and at_move[0] is not None and at_move[0].runs == ()
+    assert mf.load(out) is None and list(mf.find_run_files(out)) == []
 
 
 # ---------------------------------------------------------------------- progress

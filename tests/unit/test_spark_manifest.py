@@ -357,3 +357,17 @@ def test_recovery_removes_staging_and_files_of_runs_that_never_committed(tmp_pat
     assert (tmp_path / "notes" / "readme.parquet").exists()
     # Before any commit, every run file is an orphan.
     assert mf.orphan_files(None, [(kept[0], committed_id)]) == [kept[0]]
+
+
+def test_run_files_without_a_manifest_are_refused_not_deleted(tmp_path: Path) -> None:
+    """A lost manifest: nothing tells which files are committed, so none is deleted (a
+    first run writes its manifest before it moves files in)."""
+    name = f"date=2026-01-01/{mf.run_file_name(0, mf.new_run_id(1_767_225_600_000))}"
+    touch(tmp_path / name)
+    with pytest.raises(ConfigError, match=r"holds 1 export files .* but no manifest"):
+        recover(tmp_path, mf.load(tmp_path))
+    assert (tmp_path / name).exists()
+    # An empty manifest (a first run that died after writing it) lets recovery go on.
+    mf.write(tmp_path, Manifest("date"))
+    assert recover(tmp_path, mf.load(tmp_path)) == [name]
+    assert not (tmp_path / name).exists()

@@ -25,6 +25,7 @@ from pyspark.sql.types import (
 
 from stripemq.errors import ConfigError
 from stripemq.spark import schema
+from stripemq.spark.manifest import EXPORT_SPLITS_OPTION, encode_splits
 from stripemq.spark.planning import ReadSplit, TimeBounds, TopicPartitionRef
 from stripemq.spark.source import (
     SplitPartition,
@@ -76,11 +77,28 @@ def test_name_and_schema() -> None:
         ({"metadata": "zk://h:1/x"}, "exactly one"),
         ({"metadata": "zk://h:1/x", "topic": TOPIC, "topics": "a"}, "exactly one"),
         ({"metadata": "zk://h:1/x", "topic": "non-persistent://public/default/t"}, "persistent"),
-        ({"metadata": "zk://h:1/x", "topic": TOPIC, "failOnDataLoss": "maybe"}, "failondataloss"),
+        ({"metadata": "zk://h:1/x", "topic": TOPIC, "failOnDataLoss": "maybe"}, "failOnDataLoss"),
         ({"metadata": "zk://h:1/x", "topic": TOPIC, "maxEntriesPerTrigger": "0"}, "positive"),
         (
             {"metadata": "zk://h:1/x", "topic": TOPIC, "startingOffsets": "middle"},
             "startingOffsets",
+        ),
+        # misspelt options are refused, named as given, with the closest known name
+        (
+            {"metadata": "zk://h:1/x", "topic": TOPIC, "startingOffset": "latest"},
+            'unknown option "startingOffset" \\(did you mean "startingOffsets"\\?\\)',
+        ),
+        (
+            {"metadata": "zk://h:1/x", "topic": TOPIC, "maxentriesperpartiton": "10"},
+            'did you mean "maxEntriesPerPartition"',
+        ),
+        ({"metadata": "zk://h:1/x", "topic": TOPIC, "colour": "red"}, "known: metadata, topic"),
+        # what Spark passes for load(path): meaningless here
+        ({"metadata": "zk://h:1/x", "topic": TOPIC, "path": "/data"}, "not a path"),
+        # errors name options as documented, whatever case Spark hands them in
+        (
+            {"metadata": "zk://h:1/x", "topic": TOPIC, "maxentriesperpartition": "x"},
+            'option "maxEntriesPerPartition" must be an integer',
         ),
     ],
 )
@@ -146,14 +164,17 @@ def test_partitions_pickle_with_their_split() -> None:
 
 
 def test_the_reader_pickles_without_its_plan() -> None:
-    reader = StripeMQDataSource(dict(OPTIONS)).reader(our_schema())
+    split = ReadSplit(TopicPartitionRef(TOPIC, -1, "public/default/persistent/orders"), 3, 0, 9, 10)
+    exact = {**OPTIONS, EXPORT_SPLITS_OPTION: encode_splits([split] * 1000)}
+    reader = StripeMQDataSource(exact).reader(our_schema())
+    assert reader.exact == [split] * 1000
     reader.pushFilters(
         [GreaterThanOrEqual(("__publishTime",), dt.datetime(2026, 1, 1, tzinfo=dt.UTC))]
     )
     split = ReadSplit(TopicPartitionRef(TOPIC, -1, "public/default/persistent/orders"), 3, 0, 9, 10)
     reader.planned = [SplitPartition(split)] * 1000
     again = pickle.loads(pickle.dumps(reader))
-    assert again.planned is None
+    assert again.planned is None and again.exact is None
     assert again.options == reader.options
     assert again.pushdown.time != TimeBounds()
     assert reader.planned is not None  # the driver's copy keeps it
@@ -165,3 +186,56 @@ def test_the_reader_pickles_without_its_plan() -> None:
 def test_the_placeholder_partition_reads_nothing() -> None:
     reader = StripeMQDataSource(dict(OPTIONS)).reader(our_schema())
     assert list(reader.read(InputPartition(None))) == []
+
+
+def exact_split(topic: str, ledger: int = 3, first: int = 0, last: int = 9) -> ReadSplit:
+    from stripemq.proto.topic_name import TopicName
+
+    name = TopicName.parse(topic)
+    return ReadSplit(
+        TopicPartitionRef(str(name), name.partition_index, name.managed_ledger_name),
+        ledger,
+        first,
+        last,
+        10,
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "split"),
+    [
+        (OPTIONS, exact_split(TOPIC)),
+        ({**OPTIONS, "topic": "orders"}, exact_split(f"{TOPIC}-partition-2")),  # partitioned
+        (
+            {"metadata": "zk://h:1/x", "topicsPattern": "persistent://public/default/ord.*"},
+            exact_split(f"{TOPIC}-partition-0"),
+        ),
+    ],
+)
+def test_internal_export_splits_of_the_named_topics_are_read(
+    options: dict[str, str], split: ReadSplit
+) -> None:
+    source = StripeMQDataSource({**options, "STRIPEMQ.EXPORTSPLITS": encode_splits([split])})
+    assert source.reader(our_schema()).exact == [split]
+
+
+@pytest.mark.parametrize(
+    ("split", "message"),
+    [
+        (exact_split("persistent://public/default/fake"), "a topic the options do not name"),
+        (exact_split("persistent://other/default/orders"), "a topic the options do not name"),
+        (
+            ReadSplit(TopicPartitionRef(TOPIC, -1, "public/default/persistent/fake"), 3, 0, 9, 0),
+            "a topic the options do not name",
+        ),
+        (exact_split(TOPIC, first=5, last=4), "is not a range"),
+    ],
+)
+def test_internal_export_splits_beyond_the_named_topics_are_refused(
+    split: ReadSplit, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        StripeMQDataSource({**OPTIONS, EXPORT_SPLITS_OPTION: encode_splits([split])})
+    pattern = {"metadata": "zk://h:1/x", "topicsPattern": "persistent://public/default/x.*"}
+    with pytest.raises(ConfigError, match="do not name"):
+        StripeMQDataSource({**pattern, EXPORT_SPLITS_OPTION: encode_splits([exact_split(TOPIC)])})

@@ -105,8 +105,11 @@ def test_ref_of_an_offset_key_names_the_partition() -> None:
 def test_chain_end_is_the_last_ledger_up_to_its_lac() -> None:
     assert chain_end([]) == NOTHING
     assert chain_end([closed(1, 10), open_(2, 4)]) == Position(2, 4, False)
-    assert chain_end([closed(1, 10), open_(2, -1)]) == Position(2, -1, False)
     assert chain_end([closed(1, 10)]) == Position(1, 9, True)
+    # an empty ledger (a broker drops it when it loads the topic again) is never the end
+    assert chain_end([closed(1, 10), open_(2, -1)]) == Position(1, 9, True)
+    assert chain_end([closed(1, 10), closed(2, 0), open_(3, -1)]) == Position(1, 9, True)
+    assert chain_end([closed(1, 0), open_(2, -1)]) == NOTHING
 
 
 def test_normalize_moves_past_closed_ledgers_consumed_to_their_end() -> None:
@@ -187,6 +190,37 @@ def test_a_ledger_list_older_than_the_end_is_behind_not_loss() -> None:
     assert not issubclass(SnapshotBehindError, DataLossError)
 
 
+def test_an_idle_topic_survives_a_broker_dropping_its_empty_ledger() -> None:
+    """Ledger 1 rolled over to an empty ledger 2 and the producer went idle; a broker
+    restart (or unload) drops ledger 2 from the list and opens ledger 3. Wherever the
+    stream stood, that is no loss."""
+    before = {ML: part([closed(1, 10), open_(2, -1)])}
+    after = {ML: part([closed(1, 10), open_(3, -1)])}
+    for cap in (None, 5):
+        end = next_offset(
+            {ML: Position(1, 5)}, before, cap=cap, target=None, fail_on_data_loss=True
+        )
+        assert end == {ML: Position(1, 9, True)}  # not (2, -1)
+        for start in (end, initial_offset(before, "latest")):
+            again = next_offset(start, after, cap=cap, target=None, fail_on_data_loss=True)
+            assert again == start
+            assert (
+                plan_batch(
+                    start, again, after, max_entries=4, max_bytes=1 << 30, fail_on_data_loss=True
+                )
+                == []
+            )
+    # ledger 3 fills, and retention trims ledger 1 meanwhile: read ledger 3, nothing lost
+    start = {ML: Position(1, 9, True)}
+    later = {ML: part([open_(3, 2)])}
+    end = next_offset(start, later, cap=None, target=None, fail_on_data_loss=True)
+    splits = plan_batch(start, end, later, max_entries=4, max_bytes=1 << 30, fail_on_data_loss=True)
+    assert [(s.ledger_id, s.first_entry, s.last_entry) for s in splits] == [(3, 0, 2)]
+    # a closed empty ledger is skipped over, never stood on
+    chain = [closed(1, 10), closed(2, 0), open_(3, -1)]
+    assert normalize(Position(1, 9), chain) == Position(1, 9, True)
+
+
 # ---------------------------------------------------------------- caps
 
 
@@ -206,6 +240,12 @@ def test_allocate_shares_a_cap_by_backlog() -> None:
     assert allocate({"a": 3, "b": 4}, 10) == {"a": 3, "b": 4}
     shares = allocate({"a": 90, "b": 10, "c": 0}, 10)
     assert shares == {"a": 9, "b": 1, "c": 0}
+    # every partition with a backlog gets an entry when the cap has one for each
+    assert allocate({"a": 100, "b": 100, "c": 100, "d": 100, "z": 1}, 5) == dict.fromkeys(
+        "abcdz", 1
+    )
+    # fewer entries than partitions waiting: the largest backlogs first
+    assert allocate({"a": 1, "b": 50, "c": 20}, 2) == {"a": 0, "b": 1, "c": 1}
     rng = random.Random(7)
     for _ in range(200):
         backlog = {f"p{i}": rng.randrange(0, 50) for i in range(rng.randrange(1, 6))}
@@ -213,6 +253,22 @@ def test_allocate_shares_a_cap_by_backlog() -> None:
         shares = allocate(backlog, cap)
         assert sum(shares.values()) == min(cap, sum(backlog.values()))
         assert all(0 <= shares[k] <= backlog[k] for k in backlog)
+        waiting = [k for k in backlog if backlog[k] > 0]
+        if len(waiting) <= cap:
+            assert all(shares[k] >= 1 for k in waiting), (backlog, cap, shares)
+
+
+def test_a_small_cap_starves_no_partition() -> None:
+    """Producers keep every partition's backlog up; each micro-batch takes 2 entries.
+    Within a few batches every partition has been read, whatever its name."""
+    backlog = {"a": 10, "b": 10, "c": 10}
+    got = dict.fromkeys(backlog, 0)
+    for _ in range(3):
+        shares = allocate(backlog, 2)
+        for name, share in shares.items():
+            got[name] += share
+            backlog[name] -= share - 1  # one more entry written meanwhile
+    assert all(got[name] >= 1 for name in got), got
 
 
 def test_read_limits() -> None:
@@ -237,17 +293,18 @@ def test_initial_offsets() -> None:
     }
     assert initial_offset(parts, "earliest") == {"a": NOTHING, "b": NOTHING}
     assert initial_offset(parts, "latest") == {"a": Position(2, 3), "b": NOTHING}
+    # an idle topic whose open ledger is empty: the last entry before it
     parts = {"a": part([closed(1, 5), open_(2, -1)])}
-    assert initial_offset(parts, "latest") == {"a": Position(2, -1)}
+    assert initial_offset(parts, "latest") == {"a": Position(1, 4, True)}
 
 
 def test_next_offset_reads_everything_without_a_cap() -> None:
     parts = {"a": part([closed(1, 5), closed(2, 3), open_(3, -1)]), "b": part([open_(9, 4)])}
     start = {"a": Position(1, 2), "gone": Position(4, 4)}
     end = next_offset(start, parts, cap=None, target=None, fail_on_data_loss=True)
-    # a: closed ledger 2 consumed, ledger 3 empty -> stands before ledger 3;
+    # a: closed ledger 2 consumed, ledger 3 empty -> stays on ledger 2's last entry;
     # b: new, read from the start; gone: keeps its position
-    assert end == {"a": Position(3, -1), "b": Position(9, 4), "gone": Position(4, 4)}
+    assert end == {"a": Position(2, 2, True), "b": Position(9, 4), "gone": Position(4, 4)}
 
 
 def test_next_offset_never_goes_back() -> None:
@@ -284,11 +341,11 @@ def test_next_offset_stops_at_the_available_now_target() -> None:
 
 
 def test_next_offset_under_a_cap_passes_lost_ranges_when_allowed() -> None:
-    parts = {"a": part([open_(6, -1)])}  # ledger 5 (half read) is gone, nothing new
+    parts = {"a": part([open_(6, 1)])}  # ledger 5 (half read) is gone
     with pytest.raises(DataLossError, match="ledger 5"):
         next_offset({"a": Position(5, 3)}, parts, cap=10, target=None, fail_on_data_loss=True)
     end = next_offset({"a": Position(5, 3)}, parts, cap=10, target=None, fail_on_data_loss=False)
-    assert end == {"a": Position(6, -1)}
+    assert end == {"a": Position(6, 1)}
 
 
 def test_plan_batch_cuts_each_partitions_range_into_splits() -> None:
@@ -327,9 +384,9 @@ def test_plan_batch_reports_a_topic_that_is_gone() -> None:
 
 
 def test_every_entry_exactly_once_while_the_chain_grows_rolls_and_trims() -> None:
-    """A model: a writer appends, rolls over and retention trims consumed ledgers; the
-    stream runs micro-batches (capped or not, sometimes as AvailableNow) and restarts from
-    its last offset. Every entry is read once, in order."""
+    """A model: a writer appends, rolls over, brokers reload the topic (dropping empty
+    ledgers) and retention trims consumed ledgers; the stream runs micro-batches (capped
+    or not) and restarts from its last offset. Every entry is read once, in order."""
     rng = random.Random(16)
     for run in range(30):
         chain: list[LedgerSpan] = [open_(1, -1)]
@@ -350,7 +407,13 @@ def test_every_entry_exactly_once_while_the_chain_grows_rolls_and_trims() -> Non
                 chain[-1] = closed(last.ledger_id, last.entries)
                 chain.append(open_(next_ledger, -1))
                 next_ledger += rng.choice([1, 3])  # ids shared with other topics
-            elif action < 0.7 and len(chain) > 1:  # trim a ledger the stream has consumed
+            elif action < 0.65:  # a broker loads the topic again: empty ledgers dropped
+                last = chain[-1]
+                chain[-1] = closed(last.ledger_id, last.entries)
+                chain = [span for span in chain if span.entries > 0]
+                chain.append(open_(next_ledger, -1))
+                next_ledger += rng.choice([1, 3])
+            elif action < 0.75 and len(chain) > 1:  # trim a ledger the stream has consumed
                 first = chain[0]
                 pos = offset[ML]
                 if pos.ledger > first.ledger_id or (pos.ledger == first.ledger_id and pos.closed):
