@@ -8,7 +8,6 @@ bad input ends the command with one line on stderr and exit code 2, never a trac
 from __future__ import annotations
 
 import argparse
-import sys
 
 from stripemq.spark.submit import add_export_arguments
 
@@ -35,16 +34,6 @@ def main(argv: list[str]) -> int:
 
 def run_spark(args: argparse.Namespace) -> int:
     """Run ``stripemq spark <command>``; the exit code."""
-    from stripemq.errors import StripeMQError
-    from stripemq.spark.submit import configure_logging, run
+    from stripemq.spark.submit import run_export_command
 
-    configure_logging(args.log_level)
-    try:
-        run(args)
-    except StripeMQError as exc:
-        sys.stderr.write(f"stripemq spark {args.spark_command}: error: {exc}\n")
-        return 2
-    except KeyboardInterrupt:
-        sys.stderr.write(f"stripemq spark {args.spark_command}: interrupted\n")
-        return 130
-    return 0
+    return run_export_command(args)  # export is the one command so far

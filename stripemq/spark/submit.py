@@ -241,13 +241,18 @@ def configure_logging(level: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     """spark-submit's (and ``python3 -m``'s) entry: 0 on success, 2 with a one-line
     error on stderr for bad input or a failed job."""
-    from stripemq.errors import StripeMQError
-
     parser = argparse.ArgumentParser(
         prog="stripemq.spark.submit", description="Export topics to Parquet (spark-submit job)."
     )
     add_export_arguments(parser, master_default=None)
-    args = parser.parse_args(argv)
+    return run_export_command(parser.parse_args(argv))
+
+
+def run_export_command(args: argparse.Namespace) -> int:
+    """Run the export for parsed flags (this module's and ``stripemq spark export``'s): 0 on
+    success, 2 with a one-line error on stderr for bad input or a failed job."""
+    from stripemq.errors import StripeMQError
+
     configure_logging(args.log_level)
     try:
         run(args)
