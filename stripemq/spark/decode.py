@@ -81,21 +81,6 @@ def message_id_prefix(ledger_id: int, entry_id: int, partition: int) -> bytes:
     return head + _PARTITION + _varint(partition) if partition >= 0 else head
 
 
-def _signed(value: int) -> int:
-    """A protocol uint64 as the int64 Spark's ``bigint`` holds (as Java reads it)."""
-    return value - (1 << 64) if value >= _I64_LIMIT else value
-
-
-_schema: Any = None
-
-
-def _arrow_schema() -> Any:
-    global _schema
-    if _schema is None:
-        _schema = arrow_schema()
-    return _schema
-
-
 class RecordBatchBuilder:
     """Accumulates the rows of entries of one topic partition into Arrow record batches."""
 
@@ -304,7 +289,7 @@ class RecordBatchBuilder:
         ``schema.arrow_schema()``; the builder is empty afterwards."""
         import pyarrow as pa
 
-        schema = _arrow_schema()
+        schema = arrow_schema()
         rows = len(self._values)
         timestamp = schema.field("__publishTime").type
         properties = pa.MapArray.from_arrays(

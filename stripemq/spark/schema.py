@@ -9,6 +9,7 @@ timestamps; ``__eventTime`` is null when the producer set none.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 VALUE = "value"
@@ -49,9 +50,10 @@ def spark_ddl() -> str:
     return ", ".join(f"`{name}` {kind}" for name, kind in COLUMNS)
 
 
+@functools.cache
 def arrow_schema() -> Any:
     """The schema as the Arrow types Spark expects back from ``read`` (``pyarrow.Schema``):
-    timestamps are microseconds in UTC, map keys are not nullable."""
+    timestamps are microseconds in UTC, map keys are not nullable. Built once."""
     import pyarrow as pa
 
     types = {

@@ -241,6 +241,12 @@ def spark_cluster_fixture(
         running.stop()
 
 
+@pytest.fixture(name="cluster")
+def cluster_fixture(spark_cluster: Cluster) -> Cluster:
+    """The session's Spark cluster under the name the test modules use."""
+    return spark_cluster
+
+
 @pytest.fixture(name="client")
 def client_fixture(spark_cluster: Cluster) -> Iterator[pulsar.Client]:
     c = pulsar.Client(spark_cluster.service_url, operation_timeout_seconds=30)

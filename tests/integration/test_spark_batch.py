@@ -23,6 +23,7 @@ from spark_cluster import (
     Cluster,
     Sent,
     client_fixture,
+    cluster_fixture,
     create_partitioned,
     fill_publish_times,
     holder,
@@ -42,12 +43,7 @@ from stripemq.testing.standalone import StandaloneProcess
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def cluster(spark_cluster: Cluster) -> Cluster:
-    return spark_cluster
-
-
-__all__ = ["client_fixture", "spark_cluster_fixture"]  # fixtures, used by their names
+__all__ = ["client_fixture", "cluster_fixture", "spark_cluster_fixture"]  # fixtures, by name
 
 
 def load(spark: SparkSession, cluster: Cluster, **options: str) -> DataFrame:

@@ -27,6 +27,7 @@ from spark_cluster import (
     Cluster,
     Sent,
     client_fixture,
+    cluster_fixture,
     fill_publish_times,
     holder,
     id_tuple,
@@ -48,12 +49,7 @@ from stripemq.testing.polling import next_millisecond, until_blocking
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def cluster(spark_cluster: Cluster) -> Cluster:
-    return spark_cluster
-
-
-__all__ = ["client_fixture", "spark_cluster_fixture"]  # fixtures, used by their names
+__all__ = ["client_fixture", "cluster_fixture", "spark_cluster_fixture"]  # fixtures, by name
 
 REPO = Path(stripemq.__file__).resolve().parents[1]
 

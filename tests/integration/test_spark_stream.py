@@ -21,6 +21,7 @@ from spark_cluster import (
     Cluster,
     Sent,
     client_fixture,
+    cluster_fixture,
     create_partitioned,
     holder,
     id_tuple,
@@ -34,12 +35,7 @@ from stripemq.testing.polling import until_blocking
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def cluster(spark_cluster: Cluster) -> Cluster:
-    return spark_cluster
-
-
-__all__ = ["client_fixture", "spark_cluster_fixture"]  # fixtures, used by their names
+__all__ = ["client_fixture", "cluster_fixture", "spark_cluster_fixture"]  # fixtures, by name
 
 
 class Stream:
