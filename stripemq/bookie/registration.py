@@ -88,10 +88,25 @@ class BookieRegistration:
 
     async def _connect_and_register(self) -> None:
         store = await self._store_factory()
-        store.add_session_listener(self._on_session_event)
-        await self._create(store, self.read_only)
+        try:
+            store.add_session_listener(self._on_session_event)
+            await self._create(store, self.read_only)
+        except BaseException:
+            # Cancelled by stop() or failed half-way: the node may exist already, and
+            # nobody else will ever remove it, so take it down with the new session.
+            await self._abandon(store)
+            raise
         self.store = store
         log.info("bookie %s registered as %s", self.bookie_id, self._state_word())
+
+    async def _abandon(self, store: MetadataStore) -> None:
+        try:
+            if self._owns_store:
+                await store.close()
+            else:
+                await store.delete(registration_path(self.bookie_id, self.read_only))
+        except MetadataError:
+            pass
 
     async def _create(self, store: MetadataStore, read_only: bool) -> None:
         path = registration_path(self.bookie_id, read_only)
