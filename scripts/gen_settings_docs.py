@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Regenerate the settings tables in README.md from the settings dataclasses.
+"""Regenerate the settings tables in README.md, and the Helm chart's list of settings, from
+the settings dataclasses.
 
 Each table sits between ``<!-- settings:<role> -->`` and ``<!-- /settings:<role> -->`` and is
 ``stripemq.config.settings_table`` of the role's settings dataclass
@@ -7,13 +8,18 @@ Each table sits between ``<!-- settings:<role> -->`` and ``<!-- /settings:<role>
 setting's help is written once, in its
 ``setting(...)``. tests/unit/test_settings_docs.py fails when README.md is stale.
 
-    python scripts/gen_settings_docs.py          # rewrite README.md
-    python scripts/gen_settings_docs.py --check  # change nothing; exit 1 if README.md is stale
+The chart's ``files/settings.json`` maps each server role's setting names (and their Pulsar
+names) to the ``STRIPEMQ_*`` variables that set them, with their defaults: the chart turns
+``<component>.configData`` into those variables and refuses a name that is no setting.
+
+    python scripts/gen_settings_docs.py          # rewrite README.md and settings.json
+    python scripts/gen_settings_docs.py --check  # change nothing; exit 1 if either is stale
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -22,12 +28,15 @@ sys.path.insert(0, str(ROOT))  # run from a checkout, installed or not
 
 from stripemq.bookie.client.config import ClientConfig  # noqa: E402
 from stripemq.cli.main import ROLE_CONFIGS  # noqa: E402
-from stripemq.config import settings_table  # noqa: E402
+from stripemq.config import ENV_PREFIX, describe, settings_table  # noqa: E402
 
 # Every role's settings, and the ledger client's (a library's settings, set in code).
 TABLES: dict[str, type] = {**ROLE_CONFIGS, "ledger-client": ClientConfig}
 
 README = ROOT / "README.md"
+CHART_SETTINGS = ROOT / "helm" / "stripemq" / "files" / "settings.json"
+# The roles the chart runs as servers (standalone is not one of them).
+CHART_ROLES = ("zookeeper", "bookie", "autorecovery", "broker")
 COMMAND = "python scripts/gen_settings_docs.py"
 
 
@@ -52,20 +61,55 @@ def generated_readme(text: str) -> str:
     return text
 
 
+def chart_settings() -> str:
+    """``files/settings.json``: per role, ``env`` (setting name and Pulsar name -> variable)
+    and ``defaults`` (setting name -> default, null for none).
+
+    Raises:
+        ValueError: two settings of one role answer to the same name.
+    """
+    roles: dict[str, object] = {}
+    for role in CHART_ROLES:
+        if role not in ROLE_CONFIGS:
+            continue
+        env: dict[str, str] = {}
+        defaults: dict[str, object] = {}
+        for item in describe(ROLE_CONFIGS[role]):
+            variable = ENV_PREFIX + item.name.upper()
+            for name in filter(None, (item.name, item.pulsar_name)):
+                if env.get(name, variable) != variable:
+                    raise ValueError(f"{role}: {name!r} names two settings")
+                env[name] = variable
+            default = item.default
+            defaults[item.name] = default if isinstance(default, (int, float, str)) else None
+        roles[role] = {"env": env, "defaults": defaults}
+    return json.dumps(roles, indent=1, sort_keys=True) + "\n"
+
+
+def _refresh(path: Path, wanted: str, what: str, check: bool) -> bool:
+    """Write ``wanted`` to ``path`` if it differs (or only report it, with ``check``);
+    whether the file was current."""
+    current = path.read_text(encoding="utf-8") if path.exists() else ""
+    if current == wanted:
+        return True
+    if check:
+        print(f"{what} is stale; run: {COMMAND}", file=sys.stderr)
+        return False
+    path.write_text(wanted, encoding="utf-8")
+    print(f"{what}: regenerated")
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if README.md is stale")
+    parser.add_argument("--check", action="store_true", help="exit 1 if anything is stale")
     args = parser.parse_args(argv)
-    current = README.read_text(encoding="utf-8")
-    wanted = generated_readme(current)
-    if current == wanted:
-        return 0
-    if args.check:
-        print(f"README.md's settings tables are stale; run: {COMMAND}", file=sys.stderr)
-        return 1
-    README.write_text(wanted, encoding="utf-8")
-    print("README.md: settings tables regenerated")
-    return 0
+    readme = generated_readme(README.read_text(encoding="utf-8"))
+    fresh = _refresh(README, readme, "README.md's settings tables", args.check)
+    fresh &= _refresh(
+        CHART_SETTINGS, chart_settings(), str(CHART_SETTINGS.relative_to(ROOT)), args.check
+    )
+    return 0 if fresh else 1
 
 
 if __name__ == "__main__":

@@ -4,10 +4,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from stripemq.client import Client, CompressionType, ConsumerType, InitialPosition, Result
 from stripemq.errors import StripeMQError
+
+SERVICE_URL_ENV = "STRIPEMQ_SERVICE_URL"
+DEFAULT_SERVICE_URL = "pulsar://localhost:6650"
 
 SUBSCRIPTION_TYPES = {
     "Exclusive": ConsumerType.Exclusive,
@@ -25,7 +29,11 @@ COMPRESSION = {
 
 def add_client_parser(sub: argparse._SubParsersAction) -> None:
     client = sub.add_parser("client", help="produce and consume messages (like pulsar-client)")
-    client.add_argument("--url", default="pulsar://localhost:6650", help="service URL")
+    client.add_argument(
+        "--url",
+        default=os.environ.get(SERVICE_URL_ENV, DEFAULT_SERVICE_URL),
+        help=f"service URL (default: ${SERVICE_URL_ENV}, else {DEFAULT_SERVICE_URL})",
+    )
     client.add_argument("--log-level", default="WARNING")
     commands = client.add_subparsers(dest="client_command", required=True)
 
