@@ -56,10 +56,11 @@ def add_wait_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--log-level", default="ERROR")
 
 
-async def unmet(conditions: WaitConditions) -> str | None:
+async def unmet(conditions: WaitConditions, connect_timeout: float = 5.0) -> str | None:
     """The first condition that does not hold yet, in words; None when all hold.
 
-    A store that cannot be reached is an unmet condition, not an error.
+    A store that cannot be reached within ``connect_timeout`` seconds is an unmet
+    condition, not an error.
     """
     from stripemq.bookie.registration import AVAILABLE, READONLY
     from stripemq.broker.cluster_metadata import cluster_exists
@@ -67,12 +68,11 @@ async def unmet(conditions: WaitConditions) -> str | None:
     from stripemq.metadata import create_metadata_store
 
     url = conditions.metadata_url
-    # A short connect deadline: the caller checks again soon anyway.
-    store = (
-        create_metadata_store(url, connect_timeout=5.0)
-        if url.startswith("zk://")
-        else (create_metadata_store(url))
-    )
+    # A short connect deadline (ZooKeeper only): the caller checks again soon anyway.
+    if url.startswith("zk://"):
+        store = create_metadata_store(url, connect_timeout=connect_timeout)
+    else:
+        store = create_metadata_store(url)
     try:
         await store.start()
     except (StripeMQError, OSError) as exc:
@@ -102,7 +102,7 @@ async def wait_for(conditions: WaitConditions, give_up_after: float, interval: f
     deadline = loop.time() + give_up_after if give_up_after > 0 else None
     last: str | None = ""
     while True:
-        reason = await unmet(conditions)
+        reason = await unmet(conditions, connect_timeout=min(5.0, max(1.0, 2 * interval)))
         if reason is None:
             print("ready", flush=True)
             return True
