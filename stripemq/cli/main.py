@@ -1,5 +1,6 @@
 """``stripemq`` entry point: ``standalone``, ``broker``, ``bookie``, ``autorecovery``,
-``shell``, ``client``, ``admin``, ``spark`` and ``initialize-cluster-metadata``.
+``zookeeper``, ``shell``, ``client``, ``admin``, ``spark``, ``initialize-cluster-metadata``
+and ``wait``.
 
 A role with settings (``ROLE_CONFIGS``) takes ``--conf FILE``, ``-c KEY=VALUE`` and
 ``--print-config``, plus one option per setting declared with ``option=`` in its settings
@@ -32,12 +33,14 @@ def role_configs() -> dict[str, type[Any]]:
     from stripemq.bookie.config import BookieConfig
     from stripemq.broker.config import BrokerConfig
     from stripemq.standalone import StandaloneConfig
+    from stripemq.zookeeper.config import ZooKeeperConfig
 
     return {
         "standalone": StandaloneConfig,
         "broker": BrokerConfig,
         "bookie": BookieConfig,
         "autorecovery": AutoRecoveryConfig,
+        "zookeeper": ZooKeeperConfig,
     }
 
 
@@ -113,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     from stripemq.cli.initialize import add_initialize_parser
     from stripemq.cli.shell import add_shell_parser
     from stripemq.cli.spark import add_spark_parser
+    from stripemq.cli.wait import add_wait_parser
 
     configs = role_configs()
     parser = argparse.ArgumentParser(prog="stripemq", description=__doc__)
@@ -144,11 +148,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the auditor and the under-replicated ledgers as JSON, then exit",
     )
 
+    zookeeper = sub.add_parser(
+        "zookeeper", help="run one ZooKeeper server (Debian's package) from stripemq settings"
+    )
+    _add_common(zookeeper, configs["zookeeper"])
+
     add_shell_parser(sub)
     add_client_parser(sub)
     add_admin_parser(sub)
     add_initialize_parser(sub)
     add_spark_parser(sub)
+    add_wait_parser(sub)
     return parser
 
 
@@ -197,7 +207,8 @@ async def _run_autorecovery(args: argparse.Namespace) -> None:
 
     config = _load(args, AutoRecoveryConfig)
     if not (args.disable or args.enable or args.status):
-        await _serve_until_signalled(AutoRecoveryService(config.metadata_service_uri, config))
+        service = AutoRecoveryService(config.metadata_service_uri, config, serve_http=True)
+        await _serve_until_signalled(service)
         return
     store = create_metadata_store(config.metadata_service_uri)
     await store.start()
@@ -223,6 +234,15 @@ async def _run_autorecovery(args: argparse.Namespace) -> None:
         print(json.dumps(status, indent=2))
     finally:
         await store.close()
+
+
+async def _run_zookeeper(args: argparse.Namespace) -> None:
+    from stripemq.zookeeper.config import ZooKeeperConfig
+    from stripemq.zookeeper.server import ZooKeeperSupervisor
+
+    code = await ZooKeeperSupervisor(_load(args, ZooKeeperConfig)).run()
+    if code:
+        sys.exit(code)
 
 
 def _standalone(args: argparse.Namespace) -> Standalone:
@@ -288,7 +308,14 @@ def main(argv: list[str] | None = None) -> None:
         from stripemq.cli.spark import main as spark_main
 
         sys.exit(spark_main(argv[1:]))
-    args = build_parser().parse_args(argv)
+    if argv[:1] == ["wait"]:  # init containers: no role's modules, no full parser
+        from stripemq.cli.wait import add_wait_parser
+
+        parser = argparse.ArgumentParser(prog="stripemq")
+        add_wait_parser(parser.add_subparsers(dest="command", required=True))
+        args = parser.parse_args(argv)
+    else:
+        args = build_parser().parse_args(argv)
     if args.command == "client":  # blocking, with its own event loop thread
         from stripemq.cli.client import run_client
 
@@ -302,6 +329,11 @@ def main(argv: list[str] | None = None) -> None:
         from stripemq.cli.spark import run_spark
 
         sys.exit(run_spark(args))
+    if args.command == "wait":
+        from stripemq.cli.wait import run_wait
+
+        logging.basicConfig(level=args.log_level.upper())
+        sys.exit(run_wait(args))
     if args.command == "initialize-cluster-metadata":
         from stripemq.cli.initialize import run_initialize
 
@@ -328,6 +360,7 @@ def main(argv: list[str] | None = None) -> None:
         "broker": _run_broker,
         "bookie": _run_bookie,
         "autorecovery": _run_autorecovery,
+        "zookeeper": _run_zookeeper,
         "shell": run_shell,
     }
     try:

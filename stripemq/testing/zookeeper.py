@@ -1,7 +1,9 @@
 """A real, throw-away ZooKeeper server process for tests and benchmarks.
 
 Runs ``ZooKeeperServerMain`` from the Debian ``zookeeper`` package on a free loopback port
-with a private data directory, so integration tests exercise the production backend.
+with a private data directory, so integration tests exercise the production backend. The jar,
+the classpath, the ``java`` lookup and the JVM command line are the ``stripemq zookeeper``
+role's (``stripemq.zookeeper.java``); the server's log goes to ``log_path``.
 """
 
 from __future__ import annotations
@@ -21,12 +23,21 @@ from types import TracebackType
 from typing import IO, Self
 
 from stripemq.testing.ports import free_port
+from stripemq.zookeeper.java import (
+    DEBIAN_CONF_DIR,
+    DEBIAN_JAR,
+    INSTALL_HINT,
+    STANDALONE_MAIN,
+    classpath,
+    find_java,
+    java_command,
+)
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_JAR = "/usr/share/java/zookeeper.jar"
-DEFAULT_CONF_DIR = "/etc/zookeeper/conf"
-MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
+DEFAULT_JAR = DEBIAN_JAR
+DEFAULT_CONF_DIR = DEBIAN_CONF_DIR
+MAIN_CLASS = STANDALONE_MAIN
 
 
 class ZooKeeperUnavailableError(RuntimeError):
@@ -115,8 +126,7 @@ class ZooKeeperServer:
         java = self._find_java()
         if not Path(self._jar).is_file():
             raise ZooKeeperUnavailableError(
-                f"ZooKeeper jar not found at {self._jar}: install the Debian package "
-                "'zookeeper' (apt-get install zookeeper)"
+                f"ZooKeeper jar not found at {self._jar}: {INSTALL_HINT}"
             )
         if self._given_data_dir is not None:
             self._given_data_dir.mkdir(parents=True, exist_ok=True)
@@ -173,8 +183,8 @@ class ZooKeeperServer:
     # ------------------------------------------------------------------ internals
 
     def _find_java(self) -> str:
-        java = self._java or shutil.which("java")
-        if not java or not os.access(java, os.X_OK):
+        java = find_java(self._java or "java")
+        if java is None:
             raise ZooKeeperUnavailableError(
                 "java not found: install a Java runtime, e.g. the Debian package "
                 "'default-jre-headless' (the 'zookeeper' package depends on it)"
@@ -202,15 +212,14 @@ class ZooKeeperServer:
 
     def _spawn(self, java: str) -> None:
         config = self._write_config()
-        command = [
+        command = java_command(
             java,
-            f"-Xmx{self._heap_mb}m",
-            "-Dzookeeper.admin.enableServer=false",
-            "-cp",
-            f"{self._conf_dir}:{self._jar}",
-            MAIN_CLASS,
-            str(config),
-        ]
+            classpath(self._conf_dir, self._jar),
+            config,
+            heap_mb=self._heap_mb,
+            log_dir=self.data_dir,
+            main_class=MAIN_CLASS,
+        )
         self._log_file = open(self.log_path, "ab")  # closed in _kill
         self._process = subprocess.Popen(
             command,

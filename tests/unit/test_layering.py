@@ -30,6 +30,8 @@ ALLOWED: dict[str, set[str]] = {
     "managed_ledger": COMMON | {"proto", "metadata", "bookie", "managed_ledger"},
     "client": COMMON | {"proto", "client"},
     "spark": COMMON | {"proto", "metadata", "bookie", "managed_ledger", "spark"},
+    # The ZooKeeper role runs Debian's server: nothing of stripemq's data path.
+    "zookeeper": COMMON | {"zookeeper"},
 }
 
 
