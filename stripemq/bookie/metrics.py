@@ -24,6 +24,10 @@ Names follow BookKeeper's Prometheus provider where BookKeeper has the figure:
 Figures BookKeeper has no name for keep stripemq's, under ``bookie_``: checkpoints, the
 garbage collector's reclaimed bytes and entry logs, live entry-log bytes, and request
 errors by operation and BookKeeper code.
+
+``OpStats``, ``Figure`` (with ``figure_families``) and ``StatsHttpServer`` are shared with the
+auto-recovery's metrics (``stripemq.bookie.autorecovery.metrics``), which follow the same
+conventions.
 """
 
 from __future__ import annotations
@@ -34,8 +38,9 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
@@ -46,6 +51,8 @@ from stripemq.bookie.storage.engine import BookieStorage
 
 log = logging.getLogger(__name__)
 
+S = TypeVar("S")
+
 # BookKeeper's OpStatsLogger quantiles.
 QUANTILES = (0.5, 0.75, 0.95, 0.99, 0.999, 0.9999, 1.0)
 # Latencies kept per outcome for the quantiles (the latest ones).
@@ -53,7 +60,8 @@ QUANTILE_WINDOW = 1024
 
 
 class OpStats:
-    """BookKeeper's OpStatsLogger: latencies of successful and failed operations.
+    """BookKeeper's OpStatsLogger: latencies of successful and failed operations, or (with
+    ``record_value``) a distribution of other values, such as ledger counts per audit.
 
     Thread-safe (the journal records its syncs from its own thread). Quantiles are over the
     latest ``QUANTILE_WINDOW`` operations of each outcome; ``_count`` and ``_sum`` over all.
@@ -71,11 +79,15 @@ class OpStats:
         }
 
     def record(self, seconds: float, success: bool = True) -> None:
-        millis = seconds * 1000
+        """An operation that took ``seconds`` (written in milliseconds)."""
+        self.record_value(seconds * 1000, success)
+
+    def record_value(self, value: float, success: bool = True) -> None:
+        """A value as it is (BookKeeper's ``registerSuccessfulValue``)."""
         with self._lock:
             self._count[success] += 1
-            self._sum_ms[success] += millis
-            self._recent[success].append(millis)
+            self._sum_ms[success] += value
+            self._recent[success].append(value)
 
     def count(self, success: bool = True) -> int:
         with self._lock:
@@ -100,13 +112,71 @@ class OpStats:
 
 
 @dataclass(frozen=True)
-class Figure:
-    """One metric read from the bookie at scrape time: name, help, type, reader."""
+class Figure(Generic[S]):
+    """One metric read from its source (an ``S``) at scrape time: name, help, type, reader."""
 
     name: str
     help: str
-    read: Callable[[BookieMetrics], float]
+    read: Callable[[S], float]
     type: str = "gauge"  # "counter": a stripemq counter, written with ``_total``
+
+
+def figure_families(figures: Iterable[Figure[S]], source: S) -> Iterator[Metric]:
+    """Each figure read from ``source``: BookKeeper's counters and gauges as gauges (the
+    sample carries the exact name), stripemq's counters as counters (``_total``)."""
+    for figure in figures:
+        value = figure.read(source)
+        if figure.type == "counter":
+            yield CounterMetricFamily(figure.name, figure.help, value=value)
+        else:
+            family = Metric(figure.name, figure.help, "gauge")
+            family.add_sample(figure.name, {}, value)
+            yield family
+
+
+class StatsHttpServer:
+    """One aiohttp application: ``/metrics`` (a collector's Prometheus text, rendered off
+    the event loop) and the probes ``add_routes`` adds. ``start``, later ``close``."""
+
+    def __init__(
+        self, collector: Collector, add_routes: Callable[[web.UrlDispatcher], None]
+    ) -> None:
+        self.collector = collector
+        self.add_routes = add_routes
+        self.port = 0
+        self._runner: web.AppRunner | None = None
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        body = await asyncio.to_thread(generate_latest, self.collector)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen on ``host:port``; returns the bound port (0 picks a free one).
+
+        Raises:
+            OSError: the address cannot be bound (nothing is left open).
+        """
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        self.add_routes(app.router)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port)
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        server = site._server  # aiohttp exposes no public accessor for the bound socket
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1] if sockets else port
+        return self.port
+
+    async def close(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
 
 
 class BookieMetrics(Collector):
@@ -147,8 +217,7 @@ class BookieMetrics(Collector):
         self.running = False
         self.shutting_down = False
         self._time_journal_syncs()
-        self._runner: web.AppRunner | None = None
-        self.port = 0
+        self._http = StatsHttpServer(self, self.add_routes)
 
     def _time_journal_syncs(self) -> None:
         """Wrap the journal's sync function (a plain attribute, there to be swapped) to
@@ -196,14 +265,7 @@ class BookieMetrics(Collector):
     def collect(self) -> Iterator[Metric]:
         if not self.enabled:
             return
-        for figure in FIGURES:
-            value = figure.read(self)
-            if figure.type == "counter":
-                yield CounterMetricFamily(figure.name, figure.help, value=value)
-            else:
-                family = Metric(figure.name, figure.help, "gauge")
-                family.add_sample(figure.name, {}, value)
-                yield family
+        yield from figure_families(FIGURES, self)
         for op in (
             self.add_entry_request,
             self.add_entry,
@@ -253,28 +315,17 @@ class BookieMetrics(Collector):
     async def _state(self, request: web.Request) -> web.Response:
         return web.json_response(self.state())
 
-    async def _metrics(self, request: web.Request) -> web.Response:
-        body = await asyncio.to_thread(self.render)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    @property
+    def port(self) -> int:
+        """The HTTP port ``serve`` bound (0 before)."""
+        return self._http.port
 
     async def serve(self, host: str, port: int) -> int:
         """Serve ``/metrics`` and the probes; returns the bound port (0 picks one)."""
-        app = web.Application()
-        app.router.add_get("/metrics", self._metrics)
-        self.add_routes(app.router)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
-        await site.start()
-        server = site._server  # aiohttp exposes no public accessor for the bound socket
-        sockets = getattr(server, "sockets", None) or []
-        self.port = sockets[0].getsockname()[1] if sockets else port
-        return self.port
+        return await self._http.start(host, port)
 
     async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        await self._http.close()
 
 
 def _entry_logs(metrics: BookieMetrics) -> tuple[int, int, int]:
@@ -282,7 +333,7 @@ def _entry_logs(metrics: BookieMetrics) -> tuple[int, int, int]:
 
 
 # Read from storage and the metrics' own counters at each scrape.
-FIGURES: tuple[Figure, ...] = (
+FIGURES: tuple[Figure[BookieMetrics], ...] = (
     Figure(
         "bookie_SERVER_STATUS",
         "1 while the bookie is writable, 0 while it is read-only",

@@ -294,6 +294,8 @@ class BookieServer:
                 AutoRecoveryConfig.for_bookie(self.config),
             )
             await self.autorecovery.start()
+            # No port of its own: its metrics are on the bookie's endpoint.
+            self.metrics.registry.register(self.autorecovery.metrics)
         self.metrics.running = True
         log.info(
             "bookie %s serving (journal %s, ledgers %s)%s",

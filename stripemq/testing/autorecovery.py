@@ -10,6 +10,7 @@ from pathlib import Path
 
 from stripemq.bookie.autorecovery.auditor import election_candidates
 from stripemq.metadata import MetadataStore, create_metadata_store
+from stripemq.testing.ports import free_port
 from stripemq.testing.process import ChildProcess
 
 
@@ -17,6 +18,7 @@ class AutoRecoveryProcess(ChildProcess):
     """``stripemq autorecovery`` as a child process, named by a unique ``instance_id``.
 
     After SIGKILL its election node and locks stay until its metadata session expires.
+    Its HTTP endpoint (``/metrics``, ``/heartbeat``) is on 127.0.0.1:``http_port``.
     """
 
     def __init__(
@@ -30,7 +32,9 @@ class AutoRecoveryProcess(ChildProcess):
         self.instance_id = name or f"autorecovery-{uuid.uuid4().hex[:6]}"
         super().__init__(Path(log_dir) / f"{self.instance_id}.log")
         self.metadata_url = metadata_url
-        self.settings = {"instance_id": self.instance_id, **(settings or {})}
+        settings = {"stats_http_port": free_port(), **(settings or {})}
+        self.http_port = int(str(settings["stats_http_port"]))  # 0: the process picks one
+        self.settings = {"instance_id": self.instance_id, **settings}
 
     def command(self) -> list[str]:
         return self.stripemq_command(

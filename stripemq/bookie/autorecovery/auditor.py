@@ -19,10 +19,12 @@ import functools
 import json
 import logging
 import math
+import time
 import uuid
 
 from stripemq.bookie.autorecovery.bookies import registered_bookies
 from stripemq.bookie.autorecovery.config import AutoRecoveryConfig
+from stripemq.bookie.autorecovery.metrics import AuditorStats
 from stripemq.bookie.autorecovery.underreplication import DISABLE_PATH, UnderReplicationManager
 from stripemq.bookie.client.ledger_manager import LedgerManager
 from stripemq.bookie.registration import AVAILABLE, READONLY
@@ -72,7 +74,9 @@ class Auditor:
         config: AutoRecoveryConfig,
         *,
         participant_id: str | None = None,
+        stats: AuditorStats | None = None,
     ) -> None:
+        """``stats``: where to count (``AutoRecoveryMetrics.auditor``); default: its own."""
         self.store = store
         self.urm = underreplication
         self.config = config
@@ -80,6 +84,7 @@ class Auditor:
         self.ledger_manager = LedgerManager(store)
         self.elected = asyncio.Event()
         self.audits = 0  # completed ledger checks while elected
+        self.stats = stats or AuditorStats()
         self._token = uuid.uuid4().hex
         self._node: str | None = None
         self._task: asyncio.Task[None] | None = None
@@ -100,7 +105,7 @@ class Auditor:
             except asyncio.CancelledError:
                 pass
             self._task = None
-        self.elected.clear()
+        self._set_elected(False)
         if self._node is not None:
             try:
                 await self.store.delete(self._node)
@@ -110,22 +115,29 @@ class Auditor:
 
     # ----------------------------------------------------------------- election
 
+    def _set_elected(self, elected: bool) -> None:
+        if elected:
+            self.elected.set()
+        else:
+            self.elected.clear()
+        self.stats.elected = elected
+
     async def _run(self) -> None:
         backoff = Backoff(initial=0.5, maximum=10.0)
         while True:
             try:
                 await self._wait_for_election()
-                self.elected.set()
+                self._set_elected(True)
                 log.info("%s is the auditor", self.participant_id)
                 await self._audit_forever()
             except asyncio.CancelledError:
                 raise
             except SessionLostError:
-                self.elected.clear()
+                self._set_elected(False)
                 log.warning("auditor %s lost its metadata session", self.participant_id)
                 return
             except Exception:
-                self.elected.clear()
+                self._set_elected(False)
                 log.exception("auditor %s failed; retrying", self.participant_id)
                 await backoff.sleep()
 
@@ -145,6 +157,7 @@ class Auditor:
 
     async def _wait_for_election(self) -> None:
         while True:
+            self.stats.election_attempts += 1
             if self._node is None:
                 self._node = await self._vote()
             mine = self._node.rsplit("/", 1)[1]
@@ -196,9 +209,13 @@ class Auditor:
                 now = loop.time()
                 for bookie in known - registered:
                     log.warning("bookie %s is gone", bookie)
+                    if bookie not in missing_since and delay > 0:
+                        self.stats.bookie_audits_delayed += 1
                     missing_since.setdefault(bookie, now)
                 for bookie in [b for b in missing_since if b in registered]:
                     log.info("bookie %s is back", bookie)
+                    if bookie not in audited and delay > 0:
+                        self.stats.delayed_bookie_audits_cancelled += 1
                     del missing_since[bookie]
                     audited.discard(bookie)
                 known = registered
@@ -237,14 +254,32 @@ class Auditor:
         """Read every ledger; mark those with a fragment on a bookie lost for ``delay``.
 
         Bookies named by ledgers but not registered start their clock here (if not already
-        known missing); bookies no ledger names any more are forgotten.
+        known missing); bookies no ledger names any more are forgotten. The audit's time and
+        findings go to ``stats``.
         """
+        started = time.perf_counter()
+        try:
+            found, size = await self._check_each_ledger(registered, missing_since, now, delay)
+        except Exception:
+            self.stats.audit_failed(time.perf_counter() - started)
+            raise
+        self.stats.audited(time.perf_counter() - started, found, size)
+
+    async def _check_each_ledger(
+        self,
+        registered: set[str],
+        missing_since: dict[str, float],
+        now: float,
+        delay: float,
+    ) -> tuple[int, int]:
+        """``_check_ledgers``' work; returns how many ledgers have a fragment on a lost
+        bookie, and their bytes."""
         named_absent: set[str] = set()
-        marked = 0
+        marked = found = size = 0
         window = asyncio.Semaphore(_SCAN_CONCURRENCY)
 
         async def check(ledger_id: int) -> None:
-            nonlocal marked
+            nonlocal marked, found, size
             async with window:
                 try:
                     metadata, _ = await self.ledger_manager.read(ledger_id)
@@ -253,14 +288,20 @@ class Auditor:
                 except InvalidEntryError as exc:
                     log.error("ledger %d has unreadable metadata: %s", ledger_id, exc)
                     return
-                absent = metadata.bookies() - registered
+                bookies = metadata.bookies()
+                self.stats.ledger_checked(len(metadata.fragments()), len(bookies))
+                absent = bookies - registered
                 if not absent:
                     return
                 named_absent.update(absent)
                 for bookie in absent:
                     missing_since.setdefault(bookie, now)
                 lost = {b for b in absent if now - missing_since[b] >= delay}
-                if lost and await self.urm.mark_under_replicated(ledger_id, lost):
+                if not lost:
+                    return
+                found += 1
+                size += metadata.length
+                if await self.urm.mark_under_replicated(ledger_id, lost):
                     marked += 1
 
         tasks: list[asyncio.Task[None]] = []
@@ -283,3 +324,4 @@ class Auditor:
             marked,
             sorted(named_absent) or "none",
         )
+        return found, size

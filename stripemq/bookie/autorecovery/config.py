@@ -39,6 +39,27 @@ class AutoRecoveryConfig:
         "(inside a bookie: the bookie's id).",
     )
 
+    # HTTP endpoint of `stripemq autorecovery`.
+    enable_statistics: bool = setting(
+        True,
+        "Open the HTTP endpoint of `stripemq autorecovery` (false: no port at all), and count "
+        "the auditor's and the replication workers' Prometheus metrics.",
+        pulsar_name="enableStatistics",
+    )
+    stats_http_port: int = setting(
+        8000,
+        "Port of the HTTP endpoint of `stripemq autorecovery`: Prometheus /metrics and the probe "
+        "/heartbeat (0 picks a free port). A bookie running auto-recovery inside "
+        "(autorecovery_enabled) opens no port for it: its metrics are on the bookie's own "
+        "endpoint.",
+        pulsar_name="prometheusStatsHttpPort",
+    )
+    stats_http_address: str = setting(
+        "127.0.0.1",
+        "Address that endpoint listens on (0.0.0.0: every interface, as in a container).",
+        pulsar_name="prometheusStatsHttpAddress",
+    )
+
     # Auditor.
     lost_bookie_recovery_delay_s: float = setting(
         0.0,
@@ -98,6 +119,8 @@ class AutoRecoveryConfig:
             raise ConfigError("zk_timeout_ms must be positive")
         if self.replication_workers < 0:
             raise ConfigError("replication_workers must not be negative")
+        if not 0 <= self.stats_http_port <= 65535:
+            raise ConfigError("stats_http_port must be between 0 and 65535")
         if self.replication_max_concurrent_entries < 1:
             raise ConfigError("replication_max_concurrent_entries must be >= 1")
         for name in (

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from itertools import count
 
 from stripemq.bookie.autorecovery.bookies import registered_bookies
 from stripemq.bookie.autorecovery.config import AutoRecoveryConfig
+from stripemq.bookie.autorecovery.metrics import ReplicationStats
 from stripemq.bookie.autorecovery.underreplication import (
     UnderReplicatedLedger,
     UnderReplicationManager,
@@ -52,7 +54,10 @@ class ReplicationWorker:
         config: AutoRecoveryConfig,
         *,
         name: str | None = None,
+        stats: ReplicationStats | None = None,
     ) -> None:
+        """``stats``: where to count (``AutoRecoveryMetrics.replication``, shared by the
+        process's workers); default: its own."""
         self.bk = bk
         self.urm = underreplication
         self.config = config
@@ -61,6 +66,7 @@ class ReplicationWorker:
         self.fragments_replicated = 0
         self.entries_copied = 0
         self.current: int | None = None  # the ledger being worked on
+        self.stats = stats or ReplicationStats()
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -112,11 +118,17 @@ class ReplicationWorker:
     async def _attempt(self, record: UnderReplicatedLedger, backoff: Backoff) -> bool:
         """Re-replicate one locked ledger; on failure hold it for a back-off delay first."""
         ledger_id = record.ledger_id
+        fragments_before = self.fragments_replicated
+        started = time.perf_counter()
         try:
             await self.replicate(ledger_id)
         except (asyncio.CancelledError, SessionLostError):
             raise
         except Exception as exc:
+            self.stats.rereplicate.record(time.perf_counter() - started, success=False)
+            if self.fragments_replicated > fragments_before:
+                self.stats.ledgers_replicated += 1
+            self.stats.deferred_lock_releases += 1
             delay = backoff.next_delay()
             log.warning(
                 "%s: re-replicating ledger %d failed (%s: %s); retrying in %.1fs",
@@ -130,6 +142,9 @@ class ReplicationWorker:
             await asyncio.sleep(delay)
             await self.urm.release(ledger_id)
             return False
+        self.stats.rereplicate.record(time.perf_counter() - started)
+        if self.fragments_replicated > fragments_before:
+            self.stats.ledgers_replicated += 1
         if await self.urm.mark_replicated(record):
             self.replicated += 1
         return True
@@ -233,11 +248,25 @@ class ReplicationWorker:
         master_key = metadata.master_key
         copied = 0
 
+        stats = self.stats
+
         async def pump() -> None:
             nonlocal copied
             for entry_id in entries:  # shared by every pump: each entry is taken once
-                raw = await reader.read_raw(metadata, entry_id)
-                await client.add_entry(master_key, raw, recovery_add=True)
+                started = time.perf_counter()
+                try:
+                    raw = await reader.read_raw(metadata, entry_id)
+                except Exception:
+                    stats.entry_read(time.perf_counter() - started, None)
+                    raise
+                stats.entry_read(time.perf_counter() - started, len(raw))
+                started = time.perf_counter()
+                try:
+                    await client.add_entry(master_key, raw, recovery_add=True)
+                except Exception:
+                    stats.entry_written(time.perf_counter() - started, None)
+                    raise
+                stats.entry_written(time.perf_counter() - started, len(raw))
                 copied += 1
 
         pumps = [

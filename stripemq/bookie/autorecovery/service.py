@@ -4,6 +4,12 @@ This is what ``stripemq autorecovery`` runs, and what a bookie runs inside with
 ``autorecovery_enabled``. Given a metadata URL it owns its store (its own ZooKeeper session);
 when that session expires it tears everything down and starts again on a new session, since
 its election node and ledger locks went with the old one.
+
+Its ``metrics`` (``AutoRecoveryMetrics``) live as long as the service, across such restarts.
+With ``serve_http`` (what ``stripemq autorecovery`` passes, unless ``enable_statistics`` is
+false) it serves them with the probe ``/heartbeat`` on ``stats_http_address:stats_http_port``,
+opened once the components run; a bookie running it inside passes nothing and shows the
+metrics on its own endpoint instead.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import logging
 
 from stripemq.bookie.autorecovery.auditor import Auditor
 from stripemq.bookie.autorecovery.config import AutoRecoveryConfig
+from stripemq.bookie.autorecovery.metrics import AutoRecoveryMetrics
 from stripemq.bookie.autorecovery.replication_worker import ReplicationWorker
 from stripemq.bookie.autorecovery.underreplication import UnderReplicationManager
 from stripemq.bookie.client.bookkeeper import BookKeeper
@@ -28,10 +35,19 @@ class AutoRecoveryService:
     """Auditor participant + ``config.replication_workers`` workers on one metadata store."""
 
     def __init__(
-        self, metadata: str | MetadataStore, config: AutoRecoveryConfig | None = None
+        self,
+        metadata: str | MetadataStore,
+        config: AutoRecoveryConfig | None = None,
+        *,
+        serve_http: bool = False,
     ) -> None:
+        """``serve_http``: open the HTTP endpoint (``/metrics``, ``/heartbeat``) of the
+        settings ``stats_http_*``, if ``enable_statistics``; otherwise whoever embeds the
+        service may show ``metrics`` (a Prometheus collector) where it likes."""
         self.config = config or AutoRecoveryConfig()
         self.config.validate()
+        self.metrics = AutoRecoveryMetrics(enabled=self.config.enable_statistics)
+        self.serve_http = serve_http and self.config.enable_statistics
         if isinstance(metadata, str):
             self._url: str | None = metadata
             self._lent: MetadataStore | None = None
@@ -51,8 +67,28 @@ class AutoRecoveryService:
         return self.config.participant_id
 
     async def start(self) -> None:
+        """Start the components, then the HTTP endpoint (if ``serve_http``).
+
+        Raises:
+            MetadataError: the metadata store cannot be reached.
+            OSError: the HTTP address cannot be bound (the components are stopped again).
+        """
         async with self._lock:
             await self._start_components()
+            if self.serve_http:
+                try:
+                    port = await self.metrics.serve(
+                        self.config.stats_http_address, self.config.stats_http_port
+                    )
+                except BaseException:
+                    await self._stop_components()
+                    raise
+                log.info(
+                    "auto-recovery metrics on http://%s:%d/metrics",
+                    self.config.stats_http_address,
+                    port,
+                )
+            self.metrics.running = True
         log.info(
             "auto-recovery %s running: auditor candidate and %d replication worker(s)",
             self.participant_id,
@@ -61,10 +97,12 @@ class AutoRecoveryService:
 
     async def stop(self) -> None:
         self._stopped = True
+        self.metrics.running = False
         if self._restart_task is not None:
             self._restart_task.cancel()
         async with self._lock:
             await self._stop_components()
+        await self.metrics.close()
         log.info("auto-recovery %s stopped", self.participant_id)
 
     async def __aenter__(self) -> AutoRecoveryService:
@@ -95,11 +133,17 @@ class AutoRecoveryService:
         self.bk = BookKeeper(store, client_config)
         await self.bk.start()
         self.underreplication = UnderReplicationManager(store, owner=self.participant_id)
-        self.auditor = Auditor(store, self.underreplication, self.config)
+        self.auditor = Auditor(
+            store, self.underreplication, self.config, stats=self.metrics.auditor
+        )
         self.auditor.start()
         self.workers = [
             ReplicationWorker(
-                self.bk, self.underreplication, self.config, name=f"{self.participant_id}/w{i}"
+                self.bk,
+                self.underreplication,
+                self.config,
+                name=f"{self.participant_id}/w{i}",
+                stats=self.metrics.replication,
             )
             for i in range(self.config.replication_workers)
         ]
