@@ -6,6 +6,7 @@ variations a user is most likely to try.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -91,3 +92,62 @@ def containers(pod_template: dict[str, Any]) -> list[dict[str, Any]]:
     """The pod's init containers, then its containers."""
     spec = pod_template["spec"]
     return [*spec.get("initContainers", []), *spec["containers"]]
+
+
+def config_maps(docs: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """ConfigMap name -> its data."""
+    return {doc["metadata"]["name"]: doc.get("data") or {} for doc in of_kind(docs, "ConfigMap")}
+
+
+_REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+
+
+def expand(text: str, variables: dict[str, str]) -> str:
+    """``$(VAR)`` references expanded as the kubelet does: a defined variable is replaced,
+    ``$$`` is a literal ``$``, an undefined reference stays as written."""
+
+    def replace(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name is None:
+            return "$"
+        return variables.get(name, match.group(0))
+
+    return _REFERENCE.sub(replace, text)
+
+
+def environment(
+    docs: list[dict[str, Any]], container: dict[str, Any], pod: dict[str, str]
+) -> dict[str, str]:
+    """The variables Kubernetes starts ``container`` with: its ``envFrom`` ConfigMaps'
+    data, then its ``env`` in order (``$(VAR)`` expanded against what came before; a
+    ``fieldRef`` to ``metadata.name`` or ``metadata.namespace`` taken from ``pod``, e.g.
+    ``{"name": "stripemq-bookie-0", "namespace": "messaging"}``).
+
+    Raises:
+        KeyError: a referenced ConfigMap, key or pod field is not there.
+        ValueError: a source this helper does not model (Secrets, resource fields).
+    """
+    maps = config_maps(docs)
+    variables: dict[str, str] = {}
+    for source in container.get("envFrom", []):
+        if "configMapRef" not in source:
+            raise ValueError(f"envFrom source not modelled: {source}")
+        data = maps[source["configMapRef"]["name"]]
+        prefix = source.get("prefix", "")
+        variables.update({prefix + key: str(value) for key, value in data.items()})
+    for item in container.get("env", []):
+        if "value" in item or "valueFrom" not in item:
+            variables[item["name"]] = expand(str(item.get("value", "")), variables)
+            continue
+        source = item["valueFrom"]
+        if "fieldRef" in source:
+            path = source["fieldRef"]["fieldPath"]
+            if not path.startswith("metadata."):
+                raise ValueError(f"fieldRef not modelled: {path}")
+            variables[item["name"]] = pod[path.removeprefix("metadata.")]
+        elif "configMapKeyRef" in source:
+            ref = source["configMapKeyRef"]
+            variables[item["name"]] = str(maps[ref["name"]][ref["key"]])
+        else:
+            raise ValueError(f"valueFrom not modelled: {source}")
+    return variables
