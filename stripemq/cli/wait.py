@@ -37,6 +37,7 @@ def add_wait_parser(sub: argparse._SubParsersAction) -> None:
         help="wait until the metadata store, a cluster's metadata and N bookies are there "
         "(for init containers)",
         description=__doc__.split("\n\n")[0],
+        allow_abbrev=False,
     )
     parser.add_argument(
         "--metadata",

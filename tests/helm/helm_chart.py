@@ -42,6 +42,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "bookkeeper": {"configData": {"journal_max_group_wait_ms": 1, "journalSyncData": "true"}},
         "autorecovery": {"configData": {"lost_bookie_recovery_delay_s": 30}},
     },
+    "storage-only": {"components": {"broker": False, "toolset": False}},
     "external-zookeeper": {
         "components": {"zookeeper": False},
         "pulsar_metadata": {"userProvidedZookeepers": "zk-a.example:2181,zk-b.example:2181"},

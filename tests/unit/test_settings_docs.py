@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -51,6 +52,17 @@ def test_readme_settings_tables_are_generated_from_the_dataclasses() -> None:
         f"README.md's settings tables {stale} differ from the settings dataclasses; "
         f"regenerate them with: {REGENERATE}"
     )
+
+
+def test_chart_settings_list_is_generated_from_the_dataclasses() -> None:
+    """helm/stripemq/files/settings.json (what the chart accepts in configData) is current."""
+    generator = _generator()
+    current = generator.CHART_SETTINGS.read_text(encoding="utf-8")
+    assert current == generator.chart_settings(), (
+        f"{generator.CHART_SETTINGS.relative_to(ROOT)} differs from the settings dataclasses; "
+        f"regenerate it with: {REGENERATE}"
+    )
+    assert set(json.loads(current)) == set(generator.CHART_ROLES) <= set(ROLE_CONFIGS)
 
 
 def _section(text: str, role: str) -> str:

@@ -127,6 +127,18 @@ default. (dict "root" $ "name" "managed_ledger_default_ensemble_size").
 {{- end -}}
 
 {{/*
+A value as the text of an environment variable. Helm reads every number of a values file
+as a float, which toString prints as 5.24288e+06: a whole number is printed as an integer.
+*/}}
+{{- define "stripemq.envValue" -}}
+{{- if and (kindIs "float64" .) (eq . (floor .)) -}}
+{{- printf "%.0f" . -}}
+{{- else -}}
+{{- toString . -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
 The ConfigMap data of a role: the settings the chart manages, then configData, refused when
 a key is no setting of the role or is one the chart sets (in the ConfigMap, "managed", or
 in the pod's own env, named in "hints" with where to set it instead).
@@ -138,7 +150,7 @@ in the pod's own env, named in "hints" with where to set it instead).
 {{- $settings := index $all .role | default dict -}}
 {{- $env := $settings.env | default dict -}}
 {{- range $variable, $value := .managed }}
-{{ $variable }}: {{ toString $value | quote }}
+{{ $variable }}: {{ include "stripemq.envValue" $value | quote }}
 {{- end }}
 {{- $seen := dict -}}
 {{- range $key, $value := .configData }}
@@ -153,7 +165,7 @@ in the pod's own env, named in "hints" with where to set it instead).
 {{- fail (printf "%s.configData: %s and %s name the same setting" $.values $key (index $seen $variable)) -}}
 {{- end -}}
 {{- $_ := set $seen $variable $key }}
-{{ $variable }}: {{ toString $value | quote }}
+{{ $variable }}: {{ include "stripemq.envValue" $value | quote }}
 {{- end -}}
 {{- end -}}
 
