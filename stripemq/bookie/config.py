@@ -28,8 +28,9 @@ class BookieConfig:
     bookie_port: int = setting(3181, "gRPC port.", pulsar_name="bookiePort", option="--port")
     advertised_address: str | None = setting(
         None,
-        "Address other processes use to reach this bookie, its id in the metadata; defaults "
-        "to bookie_host:bookie_port.",
+        "Address other processes use to reach this bookie, its id in the metadata: host:port, "
+        "or a host alone (BookKeeper's form), which gets :bookie_port; defaults to "
+        "bookie_host:bookie_port.",
         pulsar_name="advertisedAddress",
     )
     rack: str | None = setting(
@@ -213,7 +214,11 @@ class BookieConfig:
     @property
     def bookie_id(self) -> str:
         """The identity other processes know this bookie by (``host:port``)."""
-        return self.advertised_address or f"{self.bookie_host}:{self.bookie_port}"
+        if not self.advertised_address:
+            return f"{self.bookie_host}:{self.bookie_port}"
+        if ":" in self.advertised_address:
+            return self.advertised_address
+        return f"{self.advertised_address}:{self.bookie_port}"
 
     @property
     def gc_enabled(self) -> bool:

@@ -203,6 +203,7 @@ async def _run_autorecovery(args: argparse.Namespace) -> None:
         UnderReplicationManager,
         current_auditor,
     )
+    from stripemq.errors import ConfigError
     from stripemq.metadata import create_metadata_store
 
     config = _load(args, AutoRecoveryConfig)
@@ -210,6 +211,12 @@ async def _run_autorecovery(args: argparse.Namespace) -> None:
         service = AutoRecoveryService(config.metadata_service_uri, config, serve_http=True)
         await _serve_until_signalled(service)
         return
+    if config.metadata_service_uri.startswith("memory://"):
+        # This process's own empty store: --status would say "nothing under-replicated".
+        raise ConfigError(
+            "--status, --enable and --disable act on a cluster's metadata store: give "
+            "--metadata zk://... (or STRIPEMQ_METADATA_SERVICE_URI)"
+        )
     store = create_metadata_store(config.metadata_service_uri)
     await store.start()
     try:

@@ -56,13 +56,14 @@ def render(
     release: str = RELEASE,
     namespace: str = NAMESPACE,
 ) -> dict[str, str]:
-    """Template path -> rendered text (NOTES.txt included), as ``helm template`` makes them.
+    """Template path -> rendered text (NOTES.txt included), as ``helm template`` (an install)
+    makes them.
 
     Raises:
         helm_python.HelmError: the values are refused (schema or a ``fail`` in a template).
     """
     with helm_python.Chart.load(CHART) as chart:
-        return chart.render(values or {}, name=release, namespace=namespace)
+        return chart.render(values or {}, name=release, namespace=namespace, is_install=True)
 
 
 def documents(values: dict[str, Any] | None = None, **options: str) -> list[dict[str, Any]]:

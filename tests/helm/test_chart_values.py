@@ -269,13 +269,14 @@ def test_numbers_from_a_values_file_render_as_written() -> None:
 
 def test_fractions_and_booleans_render_as_written() -> None:
     values = {
-        "autorecovery": {"configData": {"add_entry_timeout_s": 2.5, "enableStatistics": False}}
+        "autorecovery": {"configData": {"add_entry_timeout_s": 2.5}},
+        "bookkeeper": {"configData": {"journalSyncData": False}},
     }
-    data = config_maps(documents(values))["stripemq-recovery"]
+    docs = documents(values)
+    data = config_maps(docs)["stripemq-recovery"]
     assert data["STRIPEMQ_ADD_ENTRY_TIMEOUT_S"] == "2.5"
-    assert data["STRIPEMQ_ENABLE_STATISTICS"] == "false"
-    config = load_config(AutoRecoveryConfig, environ=data)
-    assert config.add_entry_timeout_s == 2.5 and config.enable_statistics is False
+    assert load_config(AutoRecoveryConfig, environ=data).add_entry_timeout_s == 2.5
+    assert config_maps(docs)["stripemq-bookie"]["STRIPEMQ_JOURNAL_SYNC_DATA"] == "false"
 
 
 def _metadata_urls(docs: list[dict[str, Any]]) -> set[str]:
@@ -322,3 +323,59 @@ def test_the_cluster_name_reaches_the_brokers_and_the_job() -> None:
     (job,) = of_kind(docs, "Job")
     command = job["spec"]["template"]["spec"]["containers"][0]["command"]
     assert command[command.index("--cluster") + 1] == "east"
+
+
+# --- what the chart decides for the operator ------------------------------------------------
+
+
+@pytest.mark.parametrize("servers", [2, 4])
+def test_an_even_zookeeper_ensemble_is_refused(servers: int) -> None:
+    message = _refused({"zookeeper": {"replicaCount": servers}})
+    assert f"zookeeper.replicaCount {servers}: use an odd number" in message
+
+
+@pytest.mark.parametrize("component", ["bookkeeper", "autorecovery"])
+def test_statistics_cannot_be_switched_off_under_the_probes(component: str) -> None:
+    message = _refused({component: {"configData": {"enableStatistics": False}}})
+    assert "STRIPEMQ_ENABLE_STATISTICS itself" in message and "probe" in message
+
+
+def test_the_charts_own_defaults_give_way_to_configdata_by_either_name() -> None:
+    data = config_maps(documents())
+    assert data["stripemq-recovery"]["STRIPEMQ_LOST_BOOKIE_RECOVERY_DELAY_S"] == "300"
+    assert data["stripemq-zookeeper"]["STRIPEMQ_HEAP_MB"] == "256"
+    data = config_maps(
+        documents(
+            {
+                "autorecovery": {"configData": {"lostBookieRecoveryDelay": 60}},
+                "zookeeper": {"configData": {"heap_mb": 1024}},
+            }
+        )
+    )
+    assert data["stripemq-recovery"]["STRIPEMQ_LOST_BOOKIE_RECOVERY_DELAY_S"] == "60"
+    assert data["stripemq-zookeeper"]["STRIPEMQ_HEAP_MB"] == "1024"
+
+
+def _jobs(values: dict[str, Any], *, is_install: bool) -> list[str]:
+    with helm_python.Chart.load(CHART) as loaded:
+        rendered = loaded.render(
+            values,
+            name=RELEASE,
+            namespace=NAMESPACE,
+            is_install=is_install,
+            is_upgrade=not is_install,
+        )
+    docs = [
+        doc
+        for path, text in rendered.items()
+        if path.endswith(".yaml")
+        for doc in yaml.safe_load_all(text)
+        if doc
+    ]
+    return [doc["metadata"]["name"] for doc in of_kind(docs, "Job")]
+
+
+def test_the_init_job_is_rendered_at_install_or_when_asked() -> None:
+    assert _jobs({}, is_install=True) == ["stripemq-pulsar-init"]
+    assert _jobs({}, is_install=False) == []  # an upgrade: a Job cannot be changed in place
+    assert _jobs({"initialize": True}, is_install=False) == ["stripemq-pulsar-init"]

@@ -67,7 +67,8 @@ STORAGE: dict[str, Any] = {
 # The container port name a URL scheme must reach.
 SCHEME_PORT = {"zk": "client", "pulsar": "pulsar", "http": "http"}
 # The toolset's shell reads these (stripemq admin, stripemq client); `sleep` reads nothing.
-TOOLSET_VARIABLES = {ADMIN_URL_ENV, SERVICE_URL_ENV}
+# The CLI's defaults, and the metadata store for `stripemq autorecovery --status`.
+TOOLSET_VARIABLES = {ADMIN_URL_ENV, SERVICE_URL_ENV, METADATA_ENV}
 URL = re.compile(r"\b(?:zk|pulsar|http)://[^\s\"']+")
 
 

@@ -39,6 +39,15 @@ def test_defaults_file_then_overrides(tmp_path: Path) -> None:
     assert config.journal_dir.endswith("/journal")
 
 
+def test_an_advertised_host_alone_gets_the_bookie_port() -> None:
+    """BookKeeper's advertisedAddress is a host; the chart gives the pod's DNS name."""
+    pod = "stripemq-bookie-0.stripemq-bookie.ns.svc.cluster.local"
+    config = load_config(BookieConfig, None, {"advertised_address": pod, "bookie_port": "3181"})
+    assert config.bookie_id == f"{pod}:3181"
+    config = load_config(BookieConfig, None, {"advertised_address": "bk-1:3999"})
+    assert config.bookie_id == "bk-1:3999"
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [

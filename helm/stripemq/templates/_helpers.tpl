@@ -42,6 +42,16 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ include "stripemq.chart" . }}
 {{- end -}}
 
+{{/* Labels of pod templates: no chart or app version, so an upgrade of the chart alone
+restarts no pod (a changed pod template would roll ZooKeeper and the bookies). */}}
+{{- define "stripemq.templateLabels" -}}
+app: {{ include "stripemq.name" . }}
+release: {{ .Release.Name }}
+cluster: {{ include "stripemq.clusterName" . }}
+app.kubernetes.io/name: {{ include "stripemq.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
 {{/* Selector labels: the chart, the release and (given as .component) the component. */}}
 {{- define "stripemq.matchLabels" -}}
 app: {{ include "stripemq.name" .root }}
@@ -102,12 +112,21 @@ imagePullPolicy: {{ .image.pullPolicy | default "IfNotPresent" }}
 {{- include "stripemq.componentName" (dict "root" . "component" .Values.broker.component) -}}
 {{- end -}}
 
+{{- define "stripemq.broker.headlessService" -}}
+{{- printf "%s-headless" (include "stripemq.broker.service" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The brokers' Service by its full DNS name: it resolves from any namespace. */}}
+{{- define "stripemq.broker.serviceHost" -}}
+{{- printf "%s.%s.svc.%s" (include "stripemq.broker.service" .) .Release.Namespace .Values.clusterDomain -}}
+{{- end -}}
+
 {{- define "stripemq.broker.serviceUrl" -}}
-{{- printf "pulsar://%s:%d" (include "stripemq.broker.service" .) (int .Values.broker.ports.pulsar) -}}
+{{- printf "pulsar://%s:%d" (include "stripemq.broker.serviceHost" .) (int .Values.broker.ports.pulsar) -}}
 {{- end -}}
 
 {{- define "stripemq.broker.webServiceUrl" -}}
-{{- printf "http://%s:%d" (include "stripemq.broker.service" .) (int .Values.broker.ports.http) -}}
+{{- printf "http://%s:%d" (include "stripemq.broker.serviceHost" .) (int .Values.broker.ports.http) -}}
 {{- end -}}
 
 {{/*
@@ -141,7 +160,8 @@ as a float, which toString prints as 5.24288e+06: a whole number is printed as a
 {{/*
 The ConfigMap data of a role: the settings the chart manages, then configData, refused when
 a key is no setting of the role or is one the chart sets (in the ConfigMap, "managed", or
-in the pod's own env, named in "hints" with where to set it instead).
+in the pod's own env, named in "hints" with where to set it instead). "defaults" are the
+chart's own defaults of some settings, which configData may override by either name.
 (dict "root" $ "role" "broker" "values" "broker" "configData" .Values.broker.configData
       "managed" (dict "STRIPEMQ_X" "value" ...) "hints" (dict "STRIPEMQ_X" "where to set it"))
 */}}
@@ -151,6 +171,15 @@ in the pod's own env, named in "hints" with where to set it instead).
 {{- $env := $settings.env | default dict -}}
 {{- range $variable, $value := .managed }}
 {{ $variable }}: {{ include "stripemq.envValue" $value | quote }}
+{{- end }}
+{{- $given := dict -}}
+{{- range $key, $value := .configData -}}
+{{- $_ := set $given (index $env $key | default $key) true -}}
+{{- end -}}
+{{- range $variable, $value := .defaults | default dict }}
+{{- if not (hasKey $given $variable) }}
+{{ $variable }}: {{ include "stripemq.envValue" $value | quote }}
+{{- end }}
 {{- end }}
 {{- $seen := dict -}}
 {{- range $key, $value := .configData }}
@@ -226,6 +255,17 @@ The checks across values that values.schema.json cannot express. Included by eve
 template that depends on them, so a bad combination fails the render with one message.
 */}}
 {{- define "stripemq.checks" -}}
+{{- if .Values.components.zookeeper -}}
+{{- $servers := int .Values.zookeeper.replicaCount -}}
+{{- if eq (mod $servers 2) 0 -}}
+{{- fail (printf "zookeeper.replicaCount %d: use an odd number (1, 3, 5): a quorum is a majority, so %d servers survive no more failures than %d" $servers $servers (sub $servers 1)) -}}
+{{- end -}}
+{{- $name := include "stripemq.componentName" (dict "root" . "component" .Values.zookeeper.component) -}}
+{{- $existing := lookup "apps/v1" "StatefulSet" .Release.Namespace $name -}}
+{{- if and $existing (ne (int $existing.spec.replicas) $servers) -}}
+{{- fail (printf "zookeeper.replicaCount: the running ensemble has %d servers; changing it to %d rewrites every server's member list at once, which is not safe: keep %d" (int $existing.spec.replicas) $servers (int $existing.spec.replicas)) -}}
+{{- end -}}
+{{- end -}}
 {{- if .Values.components.broker -}}
 {{- $ensemble := int (include "stripemq.broker.setting" (dict "root" . "name" "managed_ledger_default_ensemble_size")) -}}
 {{- $write := int (include "stripemq.broker.setting" (dict "root" . "name" "managed_ledger_default_write_quorum")) -}}
