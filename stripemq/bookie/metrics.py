@@ -48,6 +48,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from stripemq.bookie.storage.engine import BookieStorage
+from stripemq.http_site import start_site
 
 log = logging.getLogger(__name__)
 
@@ -159,18 +160,7 @@ class StatsHttpServer:
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
         self.add_routes(app.router)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, host, port)
-        try:
-            await site.start()
-        except BaseException:
-            await runner.cleanup()
-            raise
-        self._runner = runner
-        server = site._server  # aiohttp exposes no public accessor for the bound socket
-        sockets = getattr(server, "sockets", None) or []
-        self.port = sockets[0].getsockname()[1] if sockets else port
+        self._runner, self.port = await start_site(app, host, port)
         return self.port
 
     async def close(self) -> None:

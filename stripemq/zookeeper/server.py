@@ -31,6 +31,7 @@ from pathlib import Path
 from aiohttp import web
 
 from stripemq.errors import ConfigError
+from stripemq.http_site import start_site
 from stripemq.lifecycle import Transitions
 from stripemq.zookeeper.config import ZooKeeperConfig
 from stripemq.zookeeper.java import (
@@ -266,18 +267,9 @@ class ZooKeeperSupervisor:
         app.router.add_get("/heartbeat", self._heartbeat)
         app.router.add_get("/ready", self._ready)
         app.router.add_get("/metrics", self._metrics)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        site = web.TCPSite(runner, self.config.client_port_address, self.config.stats_http_port)
-        try:
-            await site.start()
-        except BaseException:
-            await runner.cleanup()
-            raise
-        self._runner = runner
-        server = site._server  # aiohttp exposes no public accessor for the bound socket
-        sockets = getattr(server, "sockets", None) or []
-        self.http_port = sockets[0].getsockname()[1] if sockets else self.config.stats_http_port
+        self._runner, self.http_port = await start_site(
+            app, self.config.client_port_address, self.config.stats_http_port
+        )
         log.info(
             "zookeeper server %d: HTTP (/metrics, /heartbeat, /ready) on %s:%d",
             self.server_id,

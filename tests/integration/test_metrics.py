@@ -17,9 +17,9 @@ import psutil
 import pulsar
 import pytest
 from prometheus_client.core import Metric
-from prometheus_client.parser import text_string_to_metric_families
 
 from stripemq.testing.polling import until
+from stripemq.testing.prometheus import families, value
 from stripemq.testing.standalone import StandaloneProcess
 
 pytestmark = pytest.mark.integration
@@ -72,19 +72,7 @@ async def get_text(url: str) -> tuple[int, str]:
 async def scrape(base: str) -> dict[str, Metric]:
     status, text = await get_text(f"{base}/metrics")
     assert status == 200
-    return {family.name: family for family in text_string_to_metric_families(text)}
-
-
-def value(families: dict[str, Metric], name: str, **labels: str) -> float:
-    """The one sample called ``name`` whose labels include ``labels``."""
-    found = [
-        s.value
-        for family in families.values()
-        for s in family.samples
-        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
-    ]
-    assert len(found) == 1, (name, labels, found)
-    return found[0]
+    return families(text)
 
 
 @contextmanager

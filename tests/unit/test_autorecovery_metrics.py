@@ -10,8 +10,6 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from prometheus_client.core import Metric
-from prometheus_client.parser import text_string_to_metric_families
 
 from stripemq.bookie.autorecovery import AutoRecoveryConfig, AutoRecoveryService
 from stripemq.bookie.autorecovery.metrics import (
@@ -25,24 +23,10 @@ from stripemq.bookie.server import BookieServer
 from stripemq.metadata import MetadataStore, create_metadata_store
 from stripemq.proto.entry import HEADER_SIZE
 from stripemq.testing.polling import until
+from stripemq.testing.prometheus import families as parse
+from stripemq.testing.prometheus import value
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def parse(text: bytes) -> dict[str, Metric]:
-    return {family.name: family for family in text_string_to_metric_families(text.decode())}
-
-
-def value(families: dict[str, Metric], name: str, **labels: str) -> float:
-    """The one sample called ``name`` (in any family) whose labels include ``labels``."""
-    found = [
-        s.value
-        for family in families.values()
-        for s in family.samples
-        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
-    ]
-    assert len(found) == 1, (name, labels, found)
-    return found[0]
 
 
 def test_auditor_stats_have_bookkeepers_names() -> None:

@@ -14,9 +14,9 @@ import stripemq
 
 ROOT = Path(stripemq.__file__).parent
 
-# Modules every layer may use: the errors, the retry helper, the clock, the config loader and
-# the lifecycle state machines.
-COMMON = {"errors", "retry", "clock", "config", "lifecycle"}
+# Modules every layer may use: the errors, the retry helper, the clock, the config loader,
+# the lifecycle state machines and the small HTTP endpoints' site.
+COMMON = {"errors", "retry", "clock", "config", "lifecycle", "http_site"}
 
 ALLOWED: dict[str, set[str]] = {
     "errors": {"proto"},
