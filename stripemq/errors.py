@@ -282,6 +282,15 @@ class ConfigError(StripeMQError):
     """A configuration file or option is invalid."""
 
 
+class InvalidCookieError(ConfigError):
+    """A bookie's directories and the cluster's record of that bookie (its cookie) disagree,
+    as BookKeeper's InvalidCookieException: the bookie refuses to start rather than serve
+    under a known id without the data the cluster believes it holds. The message says why
+    and what to do."""
+
+    retry = Retry.NEVER
+
+
 # --------------------------------------------------------------------------- spark
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
@@ -18,6 +19,7 @@ import grpc
 from stripemq.bookie.autorecovery import AutoRecoveryConfig, AutoRecoveryService
 from stripemq.bookie.client.ledger_manager import LedgerManager
 from stripemq.bookie.config import BookieConfig
+from stripemq.bookie.cookie import check_cookies, cookies_apply
 from stripemq.bookie.disk import fullest_disk
 from stripemq.bookie.metrics import BookieMetrics
 from stripemq.bookie.registration import BookieRegistration
@@ -224,6 +226,13 @@ class BookieService(pb_grpc.BookieServicer):
         await context.abort(status, str(error))
 
 
+def _unused_port(host: str) -> int:
+    """A port nothing listens on right now (what binding port 0 would have picked)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
 class BookieServer:
     """One bookie: storage, the gRPC server, registration, the disk monitor and GC."""
 
@@ -248,7 +257,8 @@ class BookieServer:
         return self.config.bookie_id
 
     async def start(self) -> None:
-        """Recover storage, listen, then register (so a registered bookie always answers).
+        """Check the cookies, recover storage, listen, then register (so a registered bookie
+        always answers, and never from directories that are not its own).
 
         A start that fails part-way (a port in use, an unreachable metadata store) releases
         what it had opened before raising, so the process exits without leaked servers.
@@ -260,6 +270,8 @@ class BookieServer:
             raise
 
     async def _start(self) -> None:
+        # Before storage writes anything into directories that may not be this bookie's.
+        await self._check_cookies()
         await self.storage.start()
         server = grpc.aio.server(options=GRPC_OPTIONS)
         service = BookieService(self.storage, self.config, self.metrics)
@@ -341,6 +353,22 @@ class BookieServer:
         finally:
             await self.storage.abort()
             await self.metrics.close()
+
+    async def _check_cookies(self) -> None:
+        """Refuse to start (``InvalidCookieError``) unless this bookie's directories are the
+        ones the cluster knows it by; stamp them when it is new (``stripemq.bookie.cookie``)."""
+        if not cookies_apply(self.config.metadata_service_uri):
+            log.debug("bookie %s: no cookie check on a memory:// store", self.bookie_id)
+            return
+        if self.config.bookie_port == 0:
+            # The port is part of the id the cookie names: pick it now, not at the bind.
+            self.config.bookie_port = await asyncio.to_thread(_unused_port, self.config.bookie_host)
+        store = await self._make_store()
+        try:
+            await check_cookies(store, self.config)
+        finally:
+            if store is not self._shared_store:
+                await store.close()
 
     async def _make_store(self) -> MetadataStore:
         if self._shared_store is not None:

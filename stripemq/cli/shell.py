@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
 
 from stripemq.bookie.client import BookKeeper
+from stripemq.bookie.cookie import delete_registered_cookie, registered_cookies
+from stripemq.errors import NotFoundError
 from stripemq.metadata import create_metadata_store
 
 ShellCommand = Callable[[BookKeeper, argparse.Namespace], Awaitable[None]]
@@ -20,7 +23,13 @@ ShellCommand = Callable[[BookKeeper, argparse.Namespace], Awaitable[None]]
 
 def add_shell_parser(sub: argparse._SubParsersAction) -> None:
     shell = sub.add_parser("shell", help="inspect and test ledgers (like bookkeeper shell)")
-    shell.add_argument("--metadata", required=True, help="metadata service URL (zk://...)")
+    env_metadata = os.environ.get("STRIPEMQ_METADATA_SERVICE_URI")
+    shell.add_argument(
+        "--metadata",
+        default=env_metadata,
+        required=env_metadata is None,
+        help="metadata service URL (zk://...); default: $STRIPEMQ_METADATA_SERVICE_URI",
+    )
     shell.add_argument("--log-level", default="WARNING")
     commands = shell.add_subparsers(dest="shell_command", required=True)
     commands.add_parser("listbookies", help="writable and read-only bookies, with racks")
@@ -39,6 +48,20 @@ def add_shell_parser(sub: argparse._SubParsersAction) -> None:
     test.add_argument("-Qw", "--write-quorum", type=int, default=2)
     test.add_argument("-Qa", "--ack-quorum", type=int, default=2)
     test.add_argument("-n", "--entries", type=int, default=1000)
+    commands.add_parser(
+        "cookie_list", help="bookies the cluster has a cookie for, with their directories"
+    )
+    cookie_delete = commands.add_parser(
+        "cookie_delete",
+        help="forget a bookie's cookie, so it can start again with empty directories",
+    )
+    cookie_delete.add_argument("bookie_id", help="host:port, as cookie_list shows it")
+    cookie_delete.add_argument(
+        "-f",
+        "--force",
+        action="store_true",
+        help="even while the bookie is registered, and no error if it has no cookie",
+    )
 
 
 async def _list_bookies(bk: BookKeeper, _args: argparse.Namespace) -> None:
@@ -90,6 +113,30 @@ async def _simple_test(bk: BookKeeper, args: argparse.Namespace) -> None:
     )
 
 
+async def _cookie_list(bk: BookKeeper, _args: argparse.Namespace) -> None:
+    registered = set(await bk.bookie_watcher.all_bookies())
+    for bookie_id, cookie in (await registered_cookies(bk.store)).items():
+        state = "registered" if bookie_id in registered else "not-registered"
+        dirs = ",".join((*cookie.journal_dirs, *cookie.ledger_dirs))
+        print(f"{bookie_id}\t{state}\t{cookie.instance_id}\t{dirs}")
+
+
+async def _cookie_delete(bk: BookKeeper, args: argparse.Namespace) -> None:
+    bookie_id = args.bookie_id
+    if not args.force and bookie_id in await bk.bookie_watcher.all_bookies():
+        raise SystemExit(
+            f"bookie {bookie_id} is registered (running): stop it first, or pass --force"
+        )
+    try:
+        await delete_registered_cookie(bk.store, bookie_id)
+    except NotFoundError:
+        if not args.force:
+            raise SystemExit(f"the cluster has no cookie for bookie {bookie_id}") from None
+        print(f"the cluster has no cookie for bookie {bookie_id}: nothing to delete")
+        return
+    print(f"deleted the cookie of bookie {bookie_id}")
+
+
 COMMANDS: dict[str, ShellCommand] = {
     "listbookies": _list_bookies,
     "listledgers": _list_ledgers,
@@ -97,6 +144,8 @@ COMMANDS: dict[str, ShellCommand] = {
     "readledger": _read_ledger,
     "deleteledger": _delete_ledger,
     "simpletest": _simple_test,
+    "cookie_list": _cookie_list,
+    "cookie_delete": _cookie_delete,
 }
 
 
