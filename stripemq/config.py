@@ -91,6 +91,8 @@ def read_toml(path: str | Path) -> dict[str, Any]:
 
 
 ENV_PREFIX = "STRIPEMQ_"
+# Every role's metadata_service_uri, which tools (stripemq wait, shell) default to as well.
+METADATA_ENV = f"{ENV_PREFIX}METADATA_SERVICE_URI"
 
 
 def env_settings(fields: Iterable[str], environ: Mapping[str, str] | None = None) -> dict[str, str]:

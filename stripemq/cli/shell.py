@@ -15,7 +15,8 @@ from collections.abc import Awaitable, Callable
 
 from stripemq.bookie.client import BookKeeper
 from stripemq.bookie.cookie import delete_registered_cookie, registered_cookies
-from stripemq.errors import NotFoundError
+from stripemq.config import METADATA_ENV
+from stripemq.errors import ConfigError, NotFoundError
 from stripemq.metadata import create_metadata_store
 
 ShellCommand = Callable[[BookKeeper, argparse.Namespace], Awaitable[None]]
@@ -23,12 +24,9 @@ ShellCommand = Callable[[BookKeeper, argparse.Namespace], Awaitable[None]]
 
 def add_shell_parser(sub: argparse._SubParsersAction) -> None:
     shell = sub.add_parser("shell", help="inspect and test ledgers (like bookkeeper shell)")
-    env_metadata = os.environ.get("STRIPEMQ_METADATA_SERVICE_URI")
     shell.add_argument(
         "--metadata",
-        default=env_metadata,
-        required=env_metadata is None,
-        help="metadata service URL (zk://...); default: $STRIPEMQ_METADATA_SERVICE_URI",
+        help=f"metadata service URL (zk://...); default: ${METADATA_ENV}",
     )
     shell.add_argument("--log-level", default="WARNING")
     commands = shell.add_subparsers(dest="shell_command", required=True)
@@ -150,7 +148,15 @@ COMMANDS: dict[str, ShellCommand] = {
 
 
 async def run_shell(args: argparse.Namespace) -> None:
-    store = create_metadata_store(args.metadata)
+    """Run one shell command against the metadata store the arguments name.
+
+    Raises:
+        ConfigError: no metadata store is named (by ``--metadata`` or the environment).
+    """
+    url = args.metadata or os.environ.get(METADATA_ENV)
+    if not url:
+        raise ConfigError(f"stripemq shell needs --metadata zk://... (or ${METADATA_ENV})")
+    store = create_metadata_store(url)
     await store.start()
     try:
         async with BookKeeper(store) as bk:

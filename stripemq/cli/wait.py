@@ -17,9 +17,9 @@ import os
 import sys
 from dataclasses import dataclass
 
-from stripemq.config import ENV_PREFIX
+from stripemq.config import METADATA_ENV
 
-METADATA_ENV = f"{ENV_PREFIX}METADATA_SERVICE_URI"
+__all__ = ["METADATA_ENV", "WaitConditions", "add_wait_parser", "run_wait", "unmet", "wait_for"]
 
 
 @dataclass(frozen=True)

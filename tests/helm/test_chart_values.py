@@ -379,3 +379,20 @@ def test_the_init_job_is_rendered_at_install_or_when_asked() -> None:
     assert _jobs({}, is_install=True) == ["stripemq-pulsar-init"]
     assert _jobs({}, is_install=False) == []  # an upgrade: a Job cannot be changed in place
     assert _jobs({"initialize": True}, is_install=False) == ["stripemq-pulsar-init"]
+
+
+def _bookie_init_containers(values: dict[str, Any]) -> list[str]:
+    (bookies,) = [
+        s
+        for s in of_kind(documents(values), "StatefulSet")
+        if s["metadata"]["name"] == "stripemq-bookie"
+    ]
+    return [c["name"] for c in bookies["spec"]["template"]["spec"]["initContainers"]]
+
+
+def test_a_bookies_cookie_is_forgotten_only_with_ephemeral_volumes() -> None:
+    """With persistent volumes a bookie back empty must be refused (its cookie); with
+    emptyDir every restart is empty, and the chart starts it afresh, as Pulsar's does."""
+    assert _bookie_init_containers({}) == ["wait-zookeeper-ready"]
+    off = {"volumes": {"persistence": False}}
+    assert _bookie_init_containers(off) == ["wait-zookeeper-ready", "delete-cookie"]

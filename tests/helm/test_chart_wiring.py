@@ -69,6 +69,8 @@ SCHEME_PORT = {"zk": "client", "pulsar": "pulsar", "http": "http"}
 # The toolset's shell reads these (stripemq admin, stripemq client); `sleep` reads nothing.
 # The CLI's defaults, and the metadata store for `stripemq autorecovery --status`.
 TOOLSET_VARIABLES = {ADMIN_URL_ENV, SERVICE_URL_ENV, METADATA_ENV}
+# Commands that read only the metadata store's variable (init containers run them).
+METADATA_TOOLS = ("wait", "shell")
 URL = re.compile(r"\b(?:zk|pulsar|http)://[^\s\"']+")
 
 
@@ -404,7 +406,7 @@ def test_every_component_uses_one_metadata_store_and_cluster(docs: list[Doc]) ->
             if args.command == "initialize-cluster-metadata":
                 stores.add(args.metadata_store)
                 clusters.add(args.cluster)
-            elif args.command == "wait":
+            elif args.command in METADATA_TOOLS:
                 env = _env(docs, workload, container)
                 stores.add(args.metadata or env.get(METADATA_ENV))
     assert len(stores) == 1, stores
@@ -446,8 +448,8 @@ def test_zookeeper_servers_are_the_statefulsets_pods(docs: list[Doc], value_set:
 
 def test_every_variable_is_a_setting_of_its_reader(docs: list[Doc]) -> None:
     """ConfigMap data is read by the main container of the pods that use it (and by their
-    ``stripemq wait`` init containers, which read only the metadata URL); container env by
-    that container."""
+    ``stripemq wait`` and ``stripemq shell`` init containers, which read only the metadata
+    URL); container env by that container."""
     users: dict[str, set[str]] = {}  # ConfigMap -> the roles reading it
     for workload, template in pod_templates(docs):
         for container in containers(template):
@@ -463,7 +465,7 @@ def test_every_variable_is_a_setting_of_its_reader(docs: list[Doc]) -> None:
     for name, data in config_maps(docs).items():
         readers = users.get(name)
         assert readers, f"ConfigMap/{name} is used by no container"
-        mains = readers - {"wait"}
+        mains = readers - {"metadata tool"}
         assert len(mains) == 1, f"ConfigMap/{name} is read by {readers}"
         (reader,) = mains
         for variable in data:
@@ -471,7 +473,8 @@ def test_every_variable_is_a_setting_of_its_reader(docs: list[Doc]) -> None:
 
 
 def _reads(container: Doc) -> str:
-    """What reads a container's variables: a role, ``wait``, ``toolset`` or ``nothing``."""
+    """What reads a container's variables: a role, a ``metadata tool`` (``stripemq wait``,
+    ``stripemq shell``), ``toolset`` or ``nothing``."""
     command = container.get("command", [])
     if command[:1] == ["sleep"]:
         return "toolset"
@@ -479,15 +482,15 @@ def _reads(container: Doc) -> str:
     assert args is not None, container
     if args.command in role_configs():
         return str(args.command)
-    if args.command == "wait":
-        return "wait"
+    if args.command in METADATA_TOOLS:
+        return "metadata tool"
     return "nothing"
 
 
 def _variables(reader: str) -> set[str]:
     if reader == "toolset":
         return TOOLSET_VARIABLES
-    if reader == "wait":
+    if reader == "metadata tool":
         return {METADATA_ENV}
     if reader == "nothing":
         return set()
@@ -554,7 +557,7 @@ def test_every_command_is_a_stripemq_subcommand(docs: list[Doc]) -> None:
     seen = set()
     for workload, template in pod_templates(docs):
         for container in template["spec"].get("initContainers", []):
-            assert _parsed(container).command == "wait", _name(workload)
+            assert _parsed(container).command in METADATA_TOOLS, _name(workload)
         for container in template["spec"]["containers"]:
             args = _parsed(container)
             seen.add("sleep" if args is None else args.command)
