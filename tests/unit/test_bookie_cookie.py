@@ -36,7 +36,7 @@ from stripemq.bookie.registration import registration_path
 from stripemq.bookie.server import BookieServer
 from stripemq.cli.main import build_parser
 from stripemq.cli.shell import run_shell
-from stripemq.errors import InvalidCookieError, NotFoundError
+from stripemq.errors import ConfigError, InvalidCookieError, NotFoundError
 from stripemq.metadata import MetadataStore, create_metadata_store
 from stripemq.testing.ports import free_port
 
@@ -308,12 +308,21 @@ async def shell(url: str, *args: str) -> None:
     await run_shell(build_parser().parse_args(["shell", "--metadata", url, *args]))
 
 
-def test_the_shell_takes_the_metadata_url_from_the_environment(
-    monkeypatch: pytest.MonkeyPatch,
+async def test_the_shell_takes_the_metadata_url_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("STRIPEMQ_METADATA_SERVICE_URI", URL)
+    """When it runs (an init container's environment), not when its parser is built."""
     args = build_parser().parse_args(["shell", "cookie_list"])
-    assert args.metadata == URL
+    monkeypatch.delenv("STRIPEMQ_METADATA_SERVICE_URI", raising=False)
+    with pytest.raises(ConfigError, match="--metadata"):
+        await run_shell(args)
+    bookie = BookieServer(config_in(tmp_path / "b0", tmp_path / "metadata", free_port()))
+    await bookie.start()
+    await bookie.stop()
+    monkeypatch.setenv("STRIPEMQ_METADATA_SERVICE_URI", f"local://{tmp_path / 'metadata'}")
+    capsys.readouterr()
+    await run_shell(args)
+    assert bookie.bookie_id in capsys.readouterr().out
 
 
 async def test_shell_cookie_list_and_cookie_delete(
