@@ -99,11 +99,12 @@ class Cookie:
 
     @classmethod
     def for_bookie(cls, config: BookieConfig, instance_id: str | None) -> Cookie:
-        """The cookie this configuration makes (paths as configured, normalised)."""
+        """The cookie this configuration makes (absolute paths: a relative setting means the
+        same directory whatever the working directory was when it was stamped)."""
         return cls(
             bookie_id=config.bookie_id,
-            journal_dirs=(os.path.normpath(config.journal_dir),),
-            ledger_dirs=(os.path.normpath(config.ledger_dir),),
+            journal_dirs=(os.path.abspath(config.journal_dir),),
+            ledger_dirs=(os.path.abspath(config.ledger_dir),),
             instance_id=instance_id,
         )
 
@@ -218,6 +219,16 @@ def decide(
         # first start stopped before writing it. Directories still without one were being
         # stamped then, and so must be empty.
         full = [d.path for d in missing if not d.empty]
+        if missing and any(not d.empty for d in stamped):
+            # Not a first start cut short (storage never ran then): some directories lost
+            # their cookie while others still hold this bookie's data.
+            return _refuse(
+                f"bookie {bookie} refuses to start: {_listing([d.path for d in missing])} "
+                f"hold(s) no cookie while {_listing([d.path for d in stamped])} still hold(s) "
+                "this bookie's data, and the cluster has no cookie for it: the directories "
+                "come from different places (a replaced volume?); empty them all to start "
+                "this bookie as a new one"
+            )
         if full:
             return _refuse(
                 f"bookie {bookie} refuses to start: {_listing(full)} hold(s) data but no "
@@ -271,8 +282,8 @@ def _data_lost(
     return (
         f"bookie {bookie} refuses to start: {which} but the cluster knows this bookie, so "
         "its data is lost or its volumes are not mounted; mount them, or let auto-recovery "
-        f"re-replicate its ledgers, then run {_delete_hint(bookie, metadata_url)} to start "
-        "it as a new bookie"
+        f"re-replicate its ledgers, then empty all its directories and run "
+        f"{_delete_hint(bookie, metadata_url)} to start it as a new bookie"
     )
 
 
@@ -340,7 +351,7 @@ def _directory_mismatch(
 
 def bookie_directories(config: BookieConfig) -> list[str]:
     """The directories a bookie stamps, each once (they may be configured as one)."""
-    paths = [os.path.normpath(config.journal_dir), os.path.normpath(config.ledger_dir)]
+    paths = [os.path.abspath(config.journal_dir), os.path.abspath(config.ledger_dir)]
     return list(dict.fromkeys(paths))
 
 
@@ -462,6 +473,10 @@ async def check_cookies(store: MetadataStore, config: BookieConfig) -> CookieDec
             try:
                 await store.create(cookie_path(expected.bookie_id), expected.encode())
             except NodeExistsError:
+                # Our own create, retried after a lost connection, finds what it wrote.
+                written = await store.get(cookie_path(expected.bookie_id))
+                if written is not None and written[0] == expected.encode():
+                    return decision
                 raise InvalidCookieError(
                     f"bookie {expected.bookie_id} refuses to start: another process stamped "
                     "a cookie for this bookie id while it was starting; is a second bookie "

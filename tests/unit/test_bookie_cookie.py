@@ -36,6 +36,7 @@ from stripemq.bookie.registration import registration_path
 from stripemq.bookie.server import BookieServer
 from stripemq.cli.main import build_parser
 from stripemq.cli.shell import run_shell
+from stripemq.config import load_config
 from stripemq.errors import ConfigError, InvalidCookieError, NotFoundError
 from stripemq.metadata import MetadataStore, create_metadata_store
 from stripemq.testing.ports import free_port
@@ -204,6 +205,26 @@ def test_a_first_start_cut_short_finishes_stamping_empty_directories() -> None:
     decision = decide(ME, None, half, metadata_url=URL)
     assert decision.verdict is Verdict.REFUSE
     assert "/d/ledgers hold(s) data but no cookie" in decision.reason
+
+
+def test_a_wiped_directory_beside_one_with_data_stays_refused_after_cookie_delete() -> None:
+    """Not a first start cut short: the journal still holds this bookie's data while the
+    ledgers volume was replaced. Deleting the stored cookie does not make it a new bookie."""
+    partly = [state("/d/journal", ME, empty=False), state("/d/ledgers", None)]
+    decision = decide(ME, None, partly, metadata_url=URL)
+    assert decision.verdict is Verdict.REFUSE
+    assert "still hold(s) this bookie's data" in decision.reason
+    assert "empty them all" in decision.reason
+
+
+def test_directories_are_compared_as_absolute_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relative directory setting names the same directory as its absolute form."""
+    monkeypatch.chdir(tmp_path)
+    relative = load_config(BookieConfig, None, {"data_dir": "data/bookie"})
+    absolute = load_config(BookieConfig, None, {"data_dir": str(tmp_path / "data" / "bookie")})
+    assert Cookie.for_bookie(relative, "i") == Cookie.for_bookie(absolute, "i")
 
 
 # --------------------------------------------------------------------------- directories
