@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -21,6 +19,7 @@ from stripemq.errors import NoSuchLedgerError
 from stripemq.metadata import MetadataStore, create_metadata_store
 from stripemq.proto.entry import encode_entry
 from stripemq.testing.bookie import BookieProcess
+from stripemq.testing.process import run_stripemq
 from stripemq.testing.zookeeper import ZooKeeperServer
 
 pytestmark = pytest.mark.integration
@@ -97,20 +96,7 @@ def refusal(lines: list[str]) -> str:
 
 
 async def shell(url: str, *args: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "stripemq",
-        "shell",
-        "--metadata",
-        url,
-        *args,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    return await run_stripemq("shell", "--metadata", url, *args)
 
 
 def wipe(bookie: BookieProcess) -> None:

@@ -2,35 +2,22 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
 
 from stripemq.testing.cluster import BookieCluster
+from stripemq.testing.process import run_stripemq
 
 pytestmark = pytest.mark.integration
 
 
 async def shell(url: str, *args: str) -> str:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "stripemq",
-        "shell",
-        "--metadata",
-        url,
-        *args,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 120)
-    assert proc.returncode == 0, err.decode()
-    return out.decode()
+    code, out, err = await run_stripemq("shell", "--metadata", url, *args, timeout=120)
+    assert code == 0, err
+    return out
 
 
 async def test_simpletest_then_inspect_and_delete(zookeeper_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
