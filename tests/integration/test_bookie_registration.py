@@ -10,6 +10,7 @@ import pytest
 
 from stripemq.bookie.registration import BookieRegistration
 from stripemq.metadata import MetadataStore, create_metadata_store
+from stripemq.testing.polling import until
 
 pytestmark = pytest.mark.integration
 
@@ -39,16 +40,16 @@ async def test_registration_comes_back_after_session_expiry(zookeeper_server) ->
         await registration.set_read_only(False)
 
         await stores[0].expire_session()  # type: ignore[attr-defined]
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 20
+
         # The node shows up a moment before the registration adopts its new store.
-        while (
-            len(stores) < 2
-            or registration.store is not stores[1]
-            or await observer.exists(path) is None
-        ):
-            assert loop.time() < deadline, "bookie did not re-register after session loss"
-            await asyncio.sleep(0.05)
+        async def re_registered() -> bool:
+            return (
+                len(stores) >= 2
+                and registration.store is stores[1]
+                and await observer.exists(path) is not None
+            )
+
+        await until(re_registered, "the bookie re-registers after session loss", timeout=20)
     finally:
         await registration.stop()
         assert await observer.exists("/ledgers/available/127.0.0.1:3999") is None
