@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 import zlib
 from dataclasses import dataclass
 
-from stripemq.errors import NodeExistsError, NotFoundError
+from stripemq.errors import BadVersionError, NodeExistsError, NotFoundError
 from stripemq.metadata import MetadataStore
 from stripemq.proto.topic_name import TopicName
 
@@ -79,15 +80,24 @@ class BrokerInfo:
         except (ValueError, KeyError, TypeError):
             return None
 
-    def encode(self, bundles: int = 0) -> bytes:
+    def encode(self, bundles: int = 0, instance: str = "") -> bytes:
         return json.dumps(
             {
                 "broker_id": self.broker_id,
                 "service_url": self.service_url,
                 "web_url": self.web_url,
                 "bundles": bundles,
+                "instance": instance,
             }
         ).encode()
+
+
+def instance_of(raw: bytes) -> str:
+    """The ``instance`` a node written by ``BrokerInfo.encode`` names ("" if none)."""
+    try:
+        return str(json.loads(raw).get("instance", ""))
+    except (ValueError, TypeError, AttributeError):
+        return ""
 
 
 @dataclass(frozen=True)
@@ -129,22 +139,56 @@ async def find_broker(store: MetadataStore, service_url: str) -> BrokerInfo | No
 
 
 class Ownership:
-    """This broker's registration and the bundles it owns, on one metadata session."""
+    """This broker's registration and the bundles it owns, on one metadata session.
+
+    Its nodes carry a random ``instance`` id. A node with this broker's id but another
+    instance is left from an earlier life of this broker (killed and restarted on the same
+    address before its old session expired). Pulsar's locks do the same check on the
+    session: such a node is deleted and created again, since it would vanish with the old
+    session while this broker still served the bundle, and another broker would take it.
+    """
 
     def __init__(self, store: MetadataStore, me: BrokerInfo) -> None:
         self.store = store
         self.me = me
         self.owned: set[Bundle] = set()
+        self.instance = uuid.uuid4().hex
+
+    def _encode(self, bundles: int = 0) -> bytes:
+        return self.me.encode(bundles, self.instance)
 
     async def register(self) -> None:
         await self._put_registration()
 
     async def _put_registration(self) -> None:
         path = f"{BROKERS_ROOT}/{self.me.broker_id}"
+        while True:
+            try:
+                await self.store.create(path, self._encode(len(self.owned)), ephemeral=True)
+                return
+            except NodeExistsError:
+                if not await self._remove_if_left_from_earlier_life(path):
+                    await self.store.put(path, self._encode(len(self.owned)))
+                    return
+
+    async def _remove_if_left_from_earlier_life(self, path: str) -> bool:
+        """Delete ``path`` if an earlier life of this broker wrote it; whether the caller
+        should try creating it again (also when it was gone meanwhile)."""
+        found = await self.store.get(path)
+        if found is None:
+            return True
+        raw, stat = found
+        info = BrokerInfo.decode(raw)
+        if info is None or info.broker_id != self.me.broker_id:
+            return False
+        if instance_of(raw) == self.instance:
+            return False  # ours, from this session
+        log.info("removing %s, left by an earlier life of this broker", path)
         try:
-            await self.store.create(path, self.me.encode(len(self.owned)), ephemeral=True)
-        except NodeExistsError:  # ours, from this session (or a stale one about to expire)
-            await self.store.put(path, self.me.encode(len(self.owned)))
+            await self.store.delete(path, stat.version)
+        except (NotFoundError, BadVersionError):
+            pass
+        return True
 
     async def owner_of(self, bundle: Bundle) -> str | None:
         """The service URL of the broker owning ``bundle``, if any."""
@@ -163,8 +207,10 @@ class Ownership:
         if bundle in self.owned:
             return self.me.service_url
         try:
-            await self.store.create(bundle.path, self.me.encode(), ephemeral=True)
+            await self.store.create(bundle.path, self._encode(), ephemeral=True)
         except NodeExistsError:
+            if await self._remove_if_left_from_earlier_life(bundle.path):
+                return await self.try_acquire(bundle)  # stale, or released meanwhile
             owner = await self.owner_of(bundle)
             if owner is not None:
                 return owner

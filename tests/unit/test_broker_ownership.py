@@ -10,6 +10,7 @@ from stripemq.broker.ownership import (
     Ownership,
     bundle_of,
     find_broker,
+    instance_of,
     registered_brokers,
 )
 from stripemq.metadata import MetadataStore
@@ -45,3 +46,29 @@ async def test_registered_brokers_and_the_least_loaded(store: MetadataStore) -> 
     assert await ownership.least_loaded_broker() == B.service_url
     assert await find_broker(store, B.service_url) == B
     assert await find_broker(store, "pulsar://nobody:6650") is None
+
+
+async def test_a_restarted_broker_replaces_the_nodes_of_its_earlier_life(
+    store: MetadataStore,
+) -> None:
+    """Nodes left by the same broker's earlier life (same id, other instance) are created
+    again under the new one; another broker's are left alone."""
+    mine = bundle_of(TopicName.parse("public/default/x"))
+    theirs = bundle_of(TopicName.parse("public/default/y"), 1)
+    earlier = Ownership(store, A)
+    await earlier.register()
+    assert await earlier.try_acquire(mine) == A.service_url
+    other = Ownership(store, B)
+    assert await other.try_acquire(theirs) == B.service_url
+    before = await store.get(theirs.path)
+
+    later = Ownership(store, A)  # the same broker, restarted
+    await later.register()
+    assert await later.try_acquire(mine) == A.service_url
+    assert mine in later.owned
+    for path in (mine.path, f"{BROKERS_ROOT}/{A.broker_id}"):
+        found = await store.get(path)
+        assert found is not None and instance_of(found[0]) == later.instance
+        assert found[1].ephemeral
+    assert await later.try_acquire(theirs) == B.service_url
+    assert await store.get(theirs.path) == before
