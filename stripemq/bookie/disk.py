@@ -85,7 +85,7 @@ class ReadOnlyState:
             self._reasons -= _SPACE_REASONS
 
     def disk_full(self) -> None:
-        """A journal write failed with ENOSPC (or a quota)."""
+        """A journal write failed with ENOSPC (or a quota, or a file size limit)."""
         self._reasons.add(ReadOnlyReason.DISK_FULL)
 
     def checkpoint_failed(self) -> None:

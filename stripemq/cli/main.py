@@ -1,6 +1,6 @@
 """``stripemq`` entry point: ``standalone``, ``broker``, ``bookie``, ``autorecovery``,
-``zookeeper``, ``shell``, ``client``, ``admin``, ``spark``, ``initialize-cluster-metadata``
-and ``wait``.
+``zookeeper``, ``shell``, ``client``, ``admin``, ``spark``, ``initialize-cluster-metadata``,
+``wait`` and ``chaos``.
 
 A role with settings (``ROLE_CONFIGS``) takes ``--conf FILE``, ``-c KEY=VALUE`` and
 ``--print-config``, plus one option per setting declared with ``option=`` in its settings
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -112,6 +113,7 @@ def _load(args: argparse.Namespace, settings: type[T]) -> T:
 
 def build_parser() -> argparse.ArgumentParser:
     from stripemq.cli.admin import add_admin_parser
+    from stripemq.cli.chaos import add_chaos_parser
     from stripemq.cli.client import add_client_parser
     from stripemq.cli.initialize import add_initialize_parser
     from stripemq.cli.shell import add_shell_parser
@@ -159,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_initialize_parser(sub)
     add_spark_parser(sub)
     add_wait_parser(sub)
+    add_chaos_parser(sub)
     return parser
 
 
@@ -187,10 +190,17 @@ async def _serve_until_signalled(
         await cleanup()
 
 
+def _ignore_file_size_signal() -> None:
+    """A write past a file size limit then fails with EFBIG, which the bookie handles as a
+    full disk, instead of SIGXFSZ killing the process (the JVM ignores it too)."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+
 async def _run_bookie(args: argparse.Namespace) -> None:
     from stripemq.bookie.config import BookieConfig
     from stripemq.bookie.server import BookieServer
 
+    _ignore_file_size_signal()
     await _serve_until_signalled(BookieServer(_load(args, BookieConfig)))
 
 
@@ -263,6 +273,7 @@ def _standalone(args: argparse.Namespace) -> Standalone:
 
 
 async def _run_standalone(args: argparse.Namespace) -> None:
+    _ignore_file_size_signal()
     await _serve_until_signalled(_standalone(args))
 
 
@@ -315,6 +326,10 @@ def main(argv: list[str] | None = None) -> None:
         from stripemq.cli.spark import main as spark_main
 
         sys.exit(spark_main(argv[1:]))
+    if argv[:1] == ["chaos"]:  # its own cluster, its own event loop
+        from stripemq.cli.chaos import main as chaos_main
+
+        sys.exit(chaos_main(argv[1:]))
     if argv[:1] == ["wait"]:  # init containers: no role's modules, no full parser
         from stripemq.cli.wait import add_wait_parser
 
@@ -336,6 +351,10 @@ def main(argv: list[str] | None = None) -> None:
         from stripemq.cli.spark import run_spark
 
         sys.exit(run_spark(args))
+    if args.command == "chaos":
+        from stripemq.cli.chaos import run_chaos_command
+
+        sys.exit(run_chaos_command(args))
     if args.command == "wait":
         from stripemq.cli.wait import run_wait
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -355,6 +356,52 @@ async def test_full_disk_fails_adds_turns_read_only_and_keeps_acknowledged_entri
         bookie.kill()
     finally:
         subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+async def test_a_file_size_limit_fails_writes_like_a_full_disk_until_it_is_lifted(
+    make_bookie: BookieFactory, metadata
+) -> None:  # type: ignore[no-untyped-def]
+    """How ``stripemq chaos`` fills a bookie's disk: RLIMIT_FSIZE on the running process.
+    Writes fail with EFBIG (the bookie ignores SIGXFSZ), it turns read-only and stays up;
+    lifted, it takes writes again and kept every acknowledged entry."""
+    bookie = make_bookie(disk_check_interval_ms=100)
+    await bookie.start()
+    assert bookie.proc is not None
+    pid = bookie.proc.pid
+    client = await connected(bookie.address)
+    try:
+        for i in range(3):
+            await client.add_entry(KEY, make_entry(8, i))
+        before = resource.prlimit(pid, resource.RLIMIT_FSIZE)
+        resource.prlimit(pid, resource.RLIMIT_FSIZE, (0, before[1]))
+        with pytest.raises((DiskFullError, BookieReadOnlyError)):
+            await client.add_entry(KEY, make_entry(8, 3))
+        assert bookie.running  # not killed by SIGXFSZ
+        for i in range(3):
+            assert (await client.read_entry(8, i)).entry == make_entry(8, i)
+        resource.prlimit(pid, resource.RLIMIT_FSIZE, before)
+
+        async def writable_again() -> bool:
+            try:
+                await client.add_entry(KEY, make_entry(8, 3))
+                return True
+            except (DiskFullError, BookieReadOnlyError):
+                return False
+
+        await wait_until(writable_again)
+        assert await metadata.exists(f"/ledgers/available/{bookie.address}") is not None
+        for i in range(4):
+            assert (await client.read_entry(8, i)).entry == make_entry(8, i)
+    finally:
+        await client.close()
+    bookie.kill()
+    await bookie.start()  # and the journal written around the failure replays
+    client = await connected(bookie.address)
+    try:
+        for i in range(4):
+            assert (await client.read_entry(8, i)).entry == make_entry(8, i)
+    finally:
+        await client.close()
 
 
 async def _exists(store, path: str) -> bool:  # type: ignore[no-untyped-def]

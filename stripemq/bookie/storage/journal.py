@@ -325,6 +325,7 @@ class JournalWriter:
             # Whatever went wrong, later records go to a fresh file: none may ever follow a
             # torn record, where replay would stop before reaching it.
             self._roll_next = True
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            # EFBIG: a file size limit (RLIMIT_FSIZE) stops writes as a full disk does.
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
                 raise DiskFullError(f"journal disk is full: {exc}") from exc
             raise BookieError(f"journal write failed: {exc}") from exc
