@@ -354,6 +354,73 @@ async def test_corrupt_entry_log_record_is_never_served(tmp_path: Path) -> None:
         await reopened.stop()
 
 
+async def test_entry_log_cut_while_running_does_not_misplace_later_entries(
+    tmp_path: Path,
+) -> None:
+    """Appends land at the file's end: once the current log is cut behind the bookie's back,
+    later entries go to a new log, so the index never points them at the wrong bytes."""
+    config = make_config(tmp_path)
+    storage = BookieStorage(config)
+    await storage.start()
+    try:
+        before = [entry(16, i, b"B" * 200) for i in range(4)]
+        await add_ok(storage, *before)
+        await storage.checkpoint()
+        log_file = sorted((Path(config.ledger_dir) / "logs").glob("*.log"))[-1]
+        os.truncate(log_file, log_file.stat().st_size - 10)  # into entry 3's record
+
+        after = [entry(17, i, b"A" * 300) for i in range(4)]
+        await add_ok(storage, *after)
+        await storage.checkpoint()
+        logs = sorted((Path(config.ledger_dir) / "logs").glob("*.log"))
+        assert logs[-1] != log_file
+        for i, raw in enumerate(after):
+            assert (await storage.read_entry(17, i))[0] == raw
+        for i, raw in enumerate(before[:3]):
+            assert (await storage.read_entry(16, i))[0] == raw
+        with pytest.raises(DigestMismatchError):
+            await storage.read_entry(16, 3)
+    finally:
+        await storage.stop()
+
+    reopened = BookieStorage(make_config(tmp_path))
+    await reopened.start()
+    try:
+        for i, raw in enumerate(after):
+            assert (await reopened.read_entry(17, i))[0] == raw
+        with pytest.raises(DigestMismatchError):
+            await reopened.read_entry(16, 3)
+    finally:
+        await reopened.stop()
+
+
+async def test_damaged_record_size_is_a_digest_error_and_a_recovery_add_repairs_it(
+    tmp_path: Path,
+) -> None:
+    """A grown size prefix makes a ledger's first entry look malformed (longer than the
+    ledger): that is corruption on disk, not a bad request, so a good copy may replace it."""
+    config = make_config(tmp_path)
+    storage = BookieStorage(config)
+    await storage.start()
+    try:
+        first = entry(18, 0, b"F" * 100)
+        await add_ok(storage, first, entry(18, 1, b"S" * 100))
+        await storage.checkpoint()
+        log_file = sorted((Path(config.ledger_dir) / "logs").glob("*.log"))[-1]
+        data = bytearray(log_file.read_bytes())
+        record = data.find(first) - 4
+        data[record + 3] ^= 0x10  # the size, 136 (0x88), becomes 152: 16 bytes too many
+        log_file.write_bytes(bytes(data))
+        with pytest.raises(DigestMismatchError):
+            await storage.read_entry(18, 0)
+        (result,) = await add(storage, first, recovery=True)
+        assert isinstance(result, EntryHeader), result
+        await storage.checkpoint()
+        assert (await storage.read_entry(18, 0))[0] == first
+    finally:
+        await storage.stop()
+
+
 async def test_full_journal_disk_fails_adds_and_turns_read_only(
     storage: BookieStorage, monkeypatch: pytest.MonkeyPatch
 ) -> None:

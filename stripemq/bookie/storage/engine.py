@@ -672,7 +672,12 @@ class BookieStorage:
         entry = self._read_located(ledger_id, entry_id)
         if entry is None:
             raise NoSuchEntryError(f"entry {ledger_id}:{entry_id} is not on this bookie")
-        header = verify_entry(entry)
+        try:
+            header = verify_entry(entry)
+        except InvalidEntryError as exc:  # these bytes were verified on add: the disk changed
+            raise DigestMismatchError(
+                f"stored entry {ledger_id}:{entry_id} is corrupt: {exc}"
+            ) from None
         if (header.ledger_id, header.entry_id) != (ledger_id, entry_id):
             raise DigestMismatchError(
                 f"index of ledger {ledger_id} points entry {entry_id} at "

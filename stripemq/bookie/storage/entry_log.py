@@ -210,6 +210,7 @@ class EntryLogger:
         chunk: list[bytes] = []
         sizes: list[tuple[int, int]] = []  # (ledger_id, record size) of the chunk
         self._ensure_log()
+        self._check_end()
         offset = self._offset
         for entry in entries:
             size = record_size(entry)
@@ -465,6 +466,24 @@ class EntryLogger:
             write_atomically(self.meta_path(meta.log_id), meta.encode())
         except OSError as exc:  # a missing sidecar only costs a scan at the next start
             log.warning("cannot persist metadata of entry log %08x: %s", meta.log_id, exc)
+
+    def _check_end(self) -> None:
+        """Start a new log if the current one's real end is not where this logger left it.
+
+        Locations are computed from ``_offset`` but appends land at the file's end
+        (``O_APPEND``): in a log cut or extended by something else, every entry appended
+        would be indexed at the wrong place, unreadable from this bookie.
+        """
+        end = os.lseek(self._fd, 0, os.SEEK_END)
+        if end != self._offset:
+            log.error(
+                "entry log %08x is %d bytes long but %d were written to it: changed outside "
+                "the bookie; appending to a new log",
+                self._log_id,
+                end,
+                self._offset,
+            )
+            self._rotate()
 
     def _ensure_log(self) -> None:
         """Open the next log if the last rotation failed half-way (e.g. on a full disk)."""
