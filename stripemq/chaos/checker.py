@@ -107,11 +107,13 @@ def check_history(
     under_replicated: int | None = None,
     unexpected_exits: Sequence[str] = (),
     subscriptions: Iterable[str] = SUBSCRIPTION_MODES,
+    corrupt_messages: int = 0,
 ) -> Verdict:
     """Judge ``history``. ``under_replicated`` (ledgers still short of copies after the run
     settled) and ``unexpected_exits`` (processes that died without a fault) come from the
     cluster; ``None`` means not measured, and is not a pass. Every topic sent to must have
-    each of ``subscriptions``, whether or not it received anything."""
+    each of ``subscriptions``, whether or not it received anything. ``corrupt_messages``
+    counts payloads received or read back that failed their checksum."""
     verdict = Verdict()
     acked_by_topic: dict[str, set[MessageKey]] = collections.defaultdict(set)
     dedup_topics: set[str] = set()
@@ -127,6 +129,7 @@ def check_history(
             verdict.unknown += 1
 
     expected = {(send.topic, name) for send in history.sends for name in subscriptions}
+    _check_traffic(history, verdict)
     _check_stored(history, verdict, acked_by_topic, dedup_topics)
     _check_subscriptions(history, verdict, acked_by_topic, expected)
     _check_recovery(history, verdict, recovery_bound_s, expected)
@@ -140,11 +143,36 @@ def check_history(
             f"{under_replicated} ledger(s) under-replicated after the run settled",
         )
     verdict.add(
+        "every message intact",
+        corrupt_messages == 0,
+        f"{corrupt_messages} payload(s) received or read back failed their checksum",
+    )
+    verdict.add(
         "no process died on its own",
         not unexpected_exits,
         "; ".join(unexpected_exits) if unexpected_exits else "every exit was a fault's",
     )
     return verdict
+
+
+def _check_traffic(history: History, verdict: Verdict) -> None:
+    """A run proves something only if traffic flowed and the faults landed."""
+    producers = {s.producer for s in history.sends}
+    acked = {s.producer for s in history.sends if s.outcome is Outcome.ACKED}
+    idle = sorted(producers - acked)
+    verdict.add(
+        "traffic flowed",
+        bool(producers) and not idle,
+        f"{len(acked)} of {len(producers)} producers had sends acknowledged"
+        + (f"; none for {', '.join(idle)}" if idle else ""),
+    )
+    missed = [f"{f.kind} {f.target}: {f.detail}" for f in history.faults if not f.took_effect]
+    verdict.add(
+        "every fault took effect",
+        not missed,
+        f"{len(history.faults) - len(missed)} of {len(history.faults)} faults took effect"
+        + (f"; not: {'; '.join(missed[:EXAMPLES])}" if missed else ""),
+    )
 
 
 def _check_stored(
@@ -156,8 +184,16 @@ def _check_stored(
     lost: list[tuple[str, MessageKey]] = []
     duplicates: list[tuple[str, MessageKey]] = []
     reordered: list[tuple[str, MessageKey]] = []
-    for topic in sorted(set(acked_by_topic) | set(history.read_back)):
-        stored = history.read_back.get(topic, [])
+    unread = sorted(set(acked_by_topic) - set(history.read_back))
+    verdict.add(
+        "every topic read back whole",
+        not unread,
+        "read back: "
+        + ", ".join(sorted(history.read_back))
+        + (f"; could not read back: {', '.join(unread)}" if unread else ""),
+    )
+    for topic in sorted(history.read_back):
+        stored = history.read_back[topic]
         counts = collections.Counter(stored)
         lost += sorted(((topic, m) for m in acked_by_topic[topic] if m not in counts), key=str)
         extra = [(topic, m) for m, n in counts.items() for _ in range(n - 1)]

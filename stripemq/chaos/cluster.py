@@ -24,6 +24,7 @@ from stripemq.bookie.autorecovery.underreplication import UnderReplicationManage
 from stripemq.bookie.client.ledger_manager import LedgerManager
 from stripemq.bookie.client.metadata import stored_on
 from stripemq.bookie.registration import AVAILABLE, READONLY
+from stripemq.broker.ownership import BROKERS_ROOT, BrokerInfo, instance_of
 from stripemq.chaos.proxy import PartitionProxy
 from stripemq.chaos.schedule import bookie_name, broker_name
 from stripemq.errors import NotFoundError, StripeMQError
@@ -73,6 +74,8 @@ class ClusterShape:
     def autorecovery_settings(self) -> dict[str, object]:
         return {
             "zk_timeout_ms": self.session_timeout_ms,
+            # At once, as BookKeeper's default: a killed bookie's ledgers get queued for
+            # re-replication too, so auto-recovery works through the whole run.
             "lost_bookie_recovery_delay_s": 0,
             "open_ledger_rereplication_grace_period_s": 5,
             "replication_workers": 2,
@@ -164,7 +167,7 @@ class ChaosCluster:
     async def add_bookie(self, name: str) -> BookieNode:
         """Start a new bookie ``name`` (new data, new id) and wait until it is writable."""
         port = free_port()
-        proxy = PartitionProxy(("127.0.0.1", port), self.broker_pids)
+        proxy = PartitionProxy(("127.0.0.1", port), self.broker_pids, port=free_port())
         await proxy.start()
         process = BookieProcess(
             self.metadata_url,
@@ -244,7 +247,7 @@ class ChaosCluster:
         async for ledger_id in manager.ledger_ids():
             try:
                 metadata, _version = await manager.read(ledger_id)
-            except (NotFoundError, StripeMQError):
+            except NotFoundError:
                 continue  # deleted meanwhile
             for fragment in metadata.fragments():
                 if fragment.is_empty():
@@ -260,6 +263,18 @@ class ChaosCluster:
                         short.add(ledger_id)
         marked = await UnderReplicationManager(store).ledger_ids()
         return sorted(short | set(marked))
+
+    async def broker_instance(self, broker: BrokerProcess) -> str | None:
+        """The instance id in ``broker``'s registration (a new one on each new session)."""
+        store = self._store()
+        for child in await _children(store, BROKERS_ROOT):
+            found = await store.get(f"{BROKERS_ROOT}/{child}")
+            if found is None:
+                continue
+            info = BrokerInfo.decode(found[0])
+            if info is not None and info.service_url == broker.service_url:
+                return instance_of(found[0])
+        return None
 
     async def admin(self, method: str, path: str, body: object = None) -> None:
         """One admin REST call to the first broker that answers."""

@@ -83,6 +83,7 @@ class FaultEvent:
     start_ms: int
     end_ms: int | None = None  # None while active, and for faults nothing heals
     detail: str = ""
+    took_effect: bool = True  # False: it could not be injected, or changed nothing
 
 
 @dataclass

@@ -23,7 +23,7 @@ import logging
 import random
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ from stripemq.chaos.workload import (
     topics,
 )
 from stripemq.clock import now_ms
+from stripemq.errors import StripeMQError
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,8 @@ class ChaosRun:
         self.notes: list[str] = []
         self.under_replicated: int | None = None
         self.injector: FaultInjector | None = None
+        self.corrupt_messages = 0
+        self.crashed: list[str] = []
 
     async def run(self) -> dict[str, Any]:
         """Everything; returns the summary (also written to ``out_dir/summary.json``)."""
@@ -119,29 +122,61 @@ class ChaosRun:
             self.phase = "draining"
             await workload.stop_sending()
             await self._wait_delivered(options.settle_timeout_s)
-            self.phase = "reading back"
-            for topic in topics():
-                self.history.read_back[topic] = await workload.read_back(topic)
             self.phase = "re-replicating"
             await self._wait_replicated(cluster, options.settle_timeout_s)
+            self.phase = "reading back"
+            await self._read_back(workload)
         except Exception as exc:
             log.exception("chaos run stopped early")
             self.notes.append(f"the run stopped early in phase {self.phase!r}: {exc!r}")
         finally:
             self.phase = "closing"
-            if supervisor is not None:
-                supervisor.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await supervisor
-            if workload is not None:
-                await workload.close()
-                self.notes += [f"{n} x {what}" for what, n in sorted(workload.errors.items())]
-            await cluster.close()
+            await self._close(cluster, workload, work, supervisor)
             ticker.cancel()
-            await asyncio.to_thread(_copy_logs, cluster, options.out_dir / "logs")
-            if options.work_dir is None:
-                await asyncio.to_thread(shutil.rmtree, work, True)
         return await self._judge()
+
+    async def _read_back(self, workload: Workload) -> None:
+        """Each topic whole from the start; one that cannot be read is left out (the
+        checker then fails the run for it, without calling its messages lost)."""
+        for topic in topics():
+            try:
+                self.history.read_back[topic] = await workload.read_back(topic)
+            except (StripeMQError, TimeoutError, OSError) as exc:
+                log.error("reading %s back failed: %r", topic, exc)
+                self.notes.append(f"reading {topic} back failed: {exc!r}")
+
+    async def _close(
+        self,
+        cluster: ChaosCluster,
+        workload: Workload | None,
+        work: Path,
+        supervisor: asyncio.Future[None] | None,
+    ) -> None:
+        """Stop everything, each step on its own so one failing leaves none undone."""
+        steps: list[tuple[str, Callable[[], Awaitable[object]]]] = []
+        if supervisor is not None:
+            supervisor.cancel()
+            steps.append(("supervisor", lambda: asyncio.gather(supervisor, return_exceptions=True)))
+        if self.injector is not None:
+            steps.append(("faults", self.injector.close))
+        if workload is not None:
+            steps.append(("workload", workload.close))
+        steps.append(("cluster", cluster.close))
+        steps.append(
+            ("logs", lambda: asyncio.to_thread(_copy_logs, cluster, self.options.out_dir / "logs"))
+        )
+        if self.options.work_dir is None:
+            steps.append(("work dir", lambda: asyncio.to_thread(shutil.rmtree, work, True)))
+        for what, step in steps:
+            try:
+                await step()
+            except Exception as exc:
+                log.exception("closing the %s failed", what)
+                self.notes.append(f"closing the {what} failed: {exc!r}")
+        if workload is not None:
+            self.notes += [f"{n} x {what}" for what, n in sorted(workload.errors.items())]
+            self.corrupt_messages = workload.corrupt
+            self.crashed = workload.crashed
 
     async def _prepare_namespaces(self, cluster: ChaosCluster) -> None:
         """One namespace that deduplicates and one that does not, both keeping every
@@ -250,7 +285,8 @@ class ChaosRun:
             self.history,
             recovery_bound_s=options.recovery_bound_s,
             under_replicated=self.under_replicated,
-            unexpected_exits=injector.unexpected_exits if injector else (),
+            unexpected_exits=[*(injector.unexpected_exits if injector else ()), *self.crashed],
+            corrupt_messages=self.corrupt_messages,
         )
         if not self.history.read_back:
             verdict.add("the run reached its verdict phase", False, "; ".join(self.notes))
@@ -262,11 +298,9 @@ class ChaosRun:
         return summary
 
     def summary(self, verdict: Verdict) -> dict[str, Any]:
-        faults = collections.Counter(f.kind for f in self.history.faults)
+        faults = collections.Counter(f.kind for f in self.history.faults if f.took_effect)
         not_injected = [
-            f"{f.kind} {f.target}: {f.detail}"
-            for f in self.history.faults
-            if f.detail.startswith("could not inject")
+            f"{f.kind} {f.target}: {f.detail}" for f in self.history.faults if not f.took_effect
         ]
         return {
             "verdict": "pass" if verdict.passed else "fail",
@@ -282,6 +316,7 @@ class ChaosRun:
             "duplicated_without_dedup": verdict.duplicated_without_dedup,
             "reordered": verdict.reordered,
             "delivered": len(self.history.deliveries),
+            "corrupt_messages": self.corrupt_messages,
             "stored": sum(len(v) for v in self.history.read_back.values()),
             "faults": dict(sorted(faults.items())),
             "faults_total": sum(faults.values()),

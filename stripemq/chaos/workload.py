@@ -14,6 +14,7 @@ import contextlib
 import functools
 import json
 import logging
+import zlib
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -77,15 +78,30 @@ def topics() -> dict[str, bool]:
     }
 
 
+class CorruptPayloadError(ValueError):
+    """A payload whose checksum does not match: the bytes changed on the way."""
+
+
 def encode_payload(message: MessageKey, sent_ms: int, padding: int) -> bytes:
+    """JSON naming the message and its send time, its CRC32 in hex, then ``padding`` bytes
+    (covered by no checksum; the broker and bookies check their own)."""
     body = {"p": message.producer, "k": message.key, "s": message.seq, "t": sent_ms}
-    return json.dumps(body, separators=(",", ":")).encode() + b" " * padding
+    raw = json.dumps(body, separators=(",", ":")).encode()
+    return raw + f" {zlib.crc32(raw):08x}".encode() + b" " * padding
 
 
 def decode_payload(data: bytes) -> tuple[MessageKey, int]:
-    """The message a payload names and its send time; ``ValueError`` if it names none."""
+    """The message a payload names and its send time; ``CorruptPayloadError`` if its
+    checksum fails, ``ValueError`` if it is no chaos payload at all."""
+    raw, _, crc = data.rstrip(b" ").rpartition(b" ")
     try:
-        body = json.loads(data)
+        expected = int(crc, 16)
+    except ValueError:
+        raise ValueError(f"not a chaos payload: {data[:60]!r}") from None
+    if zlib.crc32(raw) != expected:
+        raise CorruptPayloadError(f"payload fails its checksum: {data[:60]!r}")
+    try:
+        body = json.loads(raw)
         return MessageKey(str(body["p"]), str(body["k"]), int(body["s"])), int(body["t"])
     except (ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"not a chaos payload: {data[:60]!r}") from exc
@@ -109,7 +125,10 @@ class Workload:
         self._tasks: list[asyncio.Task[None]] = []
         self._sending = asyncio.Event()
         self._pending: set[asyncio.Future[MessageId]] = set()
+        self._producers: list[asyncio.Task[None]] = []
         self.errors: dict[str, int] = {}
+        self.corrupt = 0  # payloads received or read back that failed their checksum
+        self.crashed: list[str] = []  # workload tasks that ended on an unexpected error
 
     async def start(self) -> None:
         self.client = Client(
@@ -123,18 +142,33 @@ class Workload:
                     self._spawn(self._consume(topic, subscription, kind, name))
             for i in range(self.shape.producers_per_topic):
                 name = f"{'dedup' if dedup else 'plain'}-p{i}"
-                self._spawn(self._produce(topic, dedup, name))
+                self._producers.append(self._spawn(self._produce(topic, dedup, name)))
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        self._tasks.append(asyncio.ensure_future(coro))
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.ensure_future(coro)
+        task.add_done_callback(self._record_crash)
+        self._tasks.append(task)
+        return task
+
+    def _record_crash(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            log.error("workload task ended on %r", exc, exc_info=exc)
+            self.crashed.append(f"workload task ended on {type(exc).__name__}: {exc}")
+
+    def _bad_payload(self, where: str, exc: ValueError) -> None:
+        log.error("bad payload %s: %s", where, exc)
+        self.corrupt += 1
 
     def _count_error(self, where: str, exc: BaseException) -> None:
         key = f"{where}: {type(exc).__name__}"
         self.errors[key] = self.errors.get(key, 0) + 1
 
     async def stop_sending(self, within_s: float = SEND_TIMEOUT_MS / 1000 + 10) -> None:
-        """Stop starting sends and wait for the outcome of those in flight."""
+        """Stop starting sends and wait for the outcome of those in flight (once every
+        producer loop has stopped, so none adds a send after the wait began)."""
         self._sending.clear()
+        await asyncio.wait(self._producers, timeout=within_s)
         if self._pending:
             await asyncio.wait(list(self._pending), timeout=within_s)
 
@@ -281,7 +315,7 @@ class Workload:
         try:
             key, sent_ms = decode_payload(data)
         except ValueError as exc:
-            self._count_error(f"foreign message on {subscription}", exc)
+            self._bad_payload(f"received on {subscription}", exc)
             return
         self.history.deliveries.append(
             Delivery(
@@ -314,7 +348,7 @@ class Workload:
                 try:
                     stored.append(decode_payload(message.data())[0])
                 except ValueError as exc:
-                    self._count_error("foreign stored message", exc)
+                    self._bad_payload(f"stored in {topic}", exc)
         finally:
             with contextlib.suppress(StripeMQError, OSError):
                 await reader.close()

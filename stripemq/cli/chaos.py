@@ -79,7 +79,13 @@ def add_chaos_parser(sub: argparse._SubParsersAction) -> None:
         help="run the cluster here and keep it (default: a temporary directory, removed)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
-    parser.add_argument("--log-level", default="warning", help="log level on stderr")
+    parser.add_argument(
+        "--log-level",
+        default="warning",
+        type=str.lower,
+        choices=["debug", "info", "warning", "error"],
+        help="log level on stderr (default warning)",
+    )
 
 
 def _positive_float(text: str) -> float:

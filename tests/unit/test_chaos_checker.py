@@ -181,14 +181,47 @@ def test_acked_message_stored_in_another_topic_is_lost() -> None:
     assert f"{DEDUP} p0/k0#9" in named(verdict, "lost").detail
 
 
-def test_topic_never_read_back_loses_everything_acked() -> None:
+def test_a_topic_not_read_back_fails_the_run_without_counting_its_messages_lost() -> None:
     history = clean_history()
-    del history.read_back[PLAIN]
+    del history.read_back[PLAIN]  # the read-back failed (a timeout): nothing is known
 
     verdict = check(history)
 
-    assert verdict.lost == 4
-    assert not named(verdict, "lost").passed
+    assert verdict.lost == 0
+    unread = named(verdict, "read back whole")
+    assert not unread.passed and PLAIN in unread.detail
+    assert not verdict.passed
+
+
+def test_a_run_where_nothing_was_acknowledged_proves_nothing() -> None:
+    history = History()
+    history.sends += [
+        SendRecord(DEDUP, "p0", "k0", i, True, T0 + i, Outcome.UNKNOWN, T0 + i + 5)
+        for i in range(100)
+    ]
+
+    verdict = check(history)
+
+    assert not named(verdict, "traffic flowed").passed
+    assert not verdict.passed
+
+
+def test_a_fault_that_did_not_take_effect_fails_the_run() -> None:
+    history = clean_history()
+    history.faults.append(
+        FaultEvent("partition", "broker-0/bookie-1", T0, T0 + 10, "held 0", took_effect=False)
+    )
+
+    verdict = check(history)
+
+    missed = named(verdict, "took effect")
+    assert not missed.passed and "partition broker-0/bookie-1: held 0" in missed.detail
+
+
+def test_corrupt_payloads_fail_the_run() -> None:
+    verdict = check_history(clean_history(), under_replicated=0, corrupt_messages=2)
+
+    assert not named(verdict, "intact").passed
 
 
 def test_many_losses_name_a_few_examples() -> None:
