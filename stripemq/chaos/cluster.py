@@ -27,7 +27,7 @@ from stripemq.bookie.registration import AVAILABLE, READONLY
 from stripemq.broker.ownership import BROKERS_ROOT, BrokerInfo, instance_of
 from stripemq.chaos.proxy import PartitionProxy
 from stripemq.chaos.schedule import bookie_name, broker_name
-from stripemq.errors import NotFoundError, StripeMQError
+from stripemq.errors import NoSuchLedgerError, NotFoundError, StripeMQError
 from stripemq.metadata import MetadataStore, create_metadata_store
 from stripemq.testing.autorecovery import AutoRecoveryProcess
 from stripemq.testing.bookie import BookieProcess
@@ -247,7 +247,7 @@ class ChaosCluster:
         async for ledger_id in manager.ledger_ids():
             try:
                 metadata, _version = await manager.read(ledger_id)
-            except NotFoundError:
+            except (NotFoundError, NoSuchLedgerError):
                 continue  # deleted meanwhile
             for fragment in metadata.fragments():
                 if fragment.is_empty():
