@@ -245,10 +245,14 @@ class ChaosRun:
     async def _wait_replicated(self, cluster: ChaosCluster, bound_s: float) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + bound_s
+        short: list[int] | None = None
         while True:
-            short = await cluster.under_replicated_ledgers()
-            self.under_replicated = len(short)
-            if not short or loop.time() > deadline:
+            try:
+                short = await cluster.under_replicated_ledgers()
+                self.under_replicated = len(short)
+            except StripeMQError as exc:  # a metadata hiccup: look again
+                log.warning("under-replication scan failed: %r", exc)
+            if short == [] or loop.time() > deadline:
                 break
             await asyncio.sleep(1.0)
         if short:
