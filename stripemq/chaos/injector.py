@@ -27,7 +27,8 @@ from stripemq.testing.process import ChildProcess
 
 log = logging.getLogger(__name__)
 
-# How long a fault waits for its target to exist (a replacement bookie still starting).
+# How long a fault waits for its target to exist (a replacement bookie still starting), or
+# for a bookie's entry logs to hold something to damage.
 TARGET_WAIT_S = 60.0
 
 
@@ -219,8 +220,16 @@ class FaultInjector:
         node = await self._bookie(planned.target)
         kind = "bit_flip" if planned.kind is FaultKind.ENTRY_LOG_BIT_FLIP else "truncate"
         ledger_dir = node.process.data_dir / "ledgers"  # the bookie's default ledger_dir
-        done = await asyncio.to_thread(corrupt_entry_log, ledger_dir, kind, self.rng)
-        return done.detail
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + TARGET_WAIT_S
+        while True:  # a replacement bookie holds nothing until ledgers are written to it
+            try:
+                done = await asyncio.to_thread(corrupt_entry_log, ledger_dir, kind, self.rng)
+                return done.detail
+            except LookupError:
+                if loop.time() > deadline:
+                    raise
+                await asyncio.sleep(1.0)
 
     async def supervise(self) -> None:
         """Until cancelled: restart any process that died while no fault held it."""
