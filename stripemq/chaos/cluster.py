@@ -9,6 +9,7 @@ and disks, or (a bookie) lost for good and replaced by a new one.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import json
 import logging
@@ -143,6 +144,9 @@ class ChaosCluster:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
+        # Its processes run in sessions of their own (a terminal's Ctrl-C does not reach
+        # them): if the run is torn down before close(), they are killed at exit.
+        atexit.register(self.kill_all)
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.zookeeper = ZooKeeperServer(data_dir=self.base_dir / "zookeeper")
         await asyncio.to_thread(self.zookeeper.start)
@@ -189,11 +193,20 @@ class ChaosCluster:
 
         await until(registered, f"{node.name} registered as writable", timeout=within_s)
 
-    async def close(self) -> None:
-        """Kill everything (SIGCONT first, so stopped processes die too) and stop ZooKeeper."""
+    def kill_all(self) -> None:
+        """SIGKILL every process of the cluster now (SIGCONT first, so stopped ones die
+        too); what ``close`` starts with, and what runs at exit if ``close`` never did."""
         for process in [*self.processes().values()]:
             self.resume(process)
-            process.kill()
+            _signal(process, signal.SIGKILL)
+        for process in [*self.processes().values()]:
+            if process.proc is not None:
+                process.proc.wait()
+
+    async def close(self) -> None:
+        """Kill everything and stop ZooKeeper."""
+        atexit.unregister(self.kill_all)
+        await asyncio.to_thread(self.kill_all)
         for node in [*self.bookies.values(), *self.lost_bookies.values()]:
             await node.proxy.close()
         if self.store is not None:

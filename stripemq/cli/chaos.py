@@ -11,9 +11,13 @@ import argparse
 import asyncio
 import logging
 import random
+import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from stripemq.chaos.runner import ChaosOptions
 
 __all__ = ["add_chaos_parser", "main", "run_chaos_command"]
 
@@ -110,7 +114,7 @@ def main(argv: list[str]) -> int:
 
 
 def run_chaos_command(args: argparse.Namespace) -> int:
-    from stripemq.chaos.runner import ChaosOptions, run_chaos
+    from stripemq.chaos.runner import ChaosOptions
     from stripemq.chaos.schedule import parse_kinds
 
     logging.basicConfig(
@@ -142,15 +146,25 @@ def run_chaos_command(args: argparse.Namespace) -> int:
     )
     progress = None if args.no_progress else _ProgressLine()
     try:
-        summary = asyncio.run(run_chaos(options, progress))
-    except KeyboardInterrupt:
-        print("\nstripemq chaos: interrupted", file=sys.stderr)
+        summary = asyncio.run(_run_until_signalled(options, progress))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        print("\nstripemq chaos: interrupted; the cluster was stopped", file=sys.stderr)
         return 130
     finally:
         if progress is not None:
             progress.end()
     print(render_verdict(summary, args.out))
     return 0 if summary["verdict"] == "pass" else 1
+
+
+async def _run_until_signalled(options: ChaosOptions, progress: Any) -> dict[str, Any]:
+    """The run, cancelled (its cluster stopped on the way out) by SIGTERM as by Ctrl-C."""
+    from stripemq.chaos.runner import run_chaos
+
+    task = asyncio.current_task()
+    assert task is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    return await run_chaos(options, progress)
 
 
 def _missing_parts() -> str | None:
