@@ -1,9 +1,12 @@
-"""The one retry helper: exponential back-off with a cap and an optional overall deadline."""
+"""The one retry helper: exponential back-off with a cap and an optional overall deadline,
+and polling a condition until it holds or a deadline passes."""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
+from collections.abc import Awaitable, Callable
 
 
 class Backoff:
@@ -43,3 +46,21 @@ class Backoff:
 
     def reset(self) -> None:
         self._delay = self.initial
+
+
+async def poll(
+    condition: Callable[[], Awaitable[bool] | bool], *, within_s: float, interval: float = 0.02
+) -> bool:
+    """Check ``condition()`` (a plain or a coroutine function) every ``interval`` seconds
+    until it is true (``True``) or ``within_s`` seconds have passed (``False``)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    while True:
+        held = condition()
+        if inspect.isawaitable(held):
+            held = await held
+        if held:
+            return True
+        if loop.time() > deadline:
+            return False
+        await asyncio.sleep(interval)

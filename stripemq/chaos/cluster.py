@@ -30,10 +30,10 @@ from stripemq.chaos.proxy import PartitionProxy
 from stripemq.chaos.schedule import bookie_name, broker_name
 from stripemq.errors import NoSuchLedgerError, NotFoundError, StripeMQError
 from stripemq.metadata import MetadataStore, create_metadata_store
+from stripemq.retry import poll
 from stripemq.testing.autorecovery import AutoRecoveryProcess
 from stripemq.testing.bookie import BookieProcess
 from stripemq.testing.broker import BrokerProcess, cluster_service_url
-from stripemq.testing.polling import until
 from stripemq.testing.ports import free_port
 from stripemq.testing.process import ChildProcess
 from stripemq.testing.zookeeper import ZooKeeperServer
@@ -191,7 +191,8 @@ class ChaosCluster:
         async def registered() -> bool:
             return node.bookie_id in await store.children(AVAILABLE)
 
-        await until(registered, f"{node.name} registered as writable", timeout=within_s)
+        if not await poll(registered, within_s=within_s, interval=0.05):
+            raise TimeoutError(f"{node.name} not registered as writable after {within_s:.0f}s")
 
     def kill_all(self) -> None:
         """SIGKILL every process of the cluster now (SIGCONT first, so stopped ones die

@@ -18,11 +18,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from stripemq.chaos.cluster import BookieNode, ChaosCluster
-from stripemq.chaos.corruption import corrupt_entry_log
+from stripemq.chaos.corruption import Corruption, corrupt_entry_log
 from stripemq.chaos.history import FaultEvent, History
 from stripemq.chaos.schedule import FaultKind, PlannedFault
 from stripemq.clock import now_ms
-from stripemq.testing.polling import until
+from stripemq.retry import poll
 from stripemq.testing.process import ChildProcess
 
 log = logging.getLogger(__name__)
@@ -183,10 +183,9 @@ class FaultInjector:
             now = await self.cluster.broker_instance(broker)
             return now is not None and now != before
 
-        try:
-            await until(registered_again, "a new session", timeout=30.0)
+        if await poll(registered_again, within_s=30.0, interval=0.2):
             event.detail += "; it registered again on a new session"
-        except TimeoutError:
+        else:
             event.detail += "; its session did not expire"
             event.took_effect = False
 
@@ -208,28 +207,30 @@ class FaultInjector:
 
     async def _bookie(self, name: str) -> BookieNode:
         """The bookie called ``name``, waiting a while if it is a replacement still joining."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + TARGET_WAIT_S
-        while name not in self.cluster.bookies:
-            if loop.time() > deadline:
-                raise LookupError(f"no bookie {name}")
-            await asyncio.sleep(0.2)
+        joined = await poll(
+            lambda: name in self.cluster.bookies, within_s=TARGET_WAIT_S, interval=0.2
+        )
+        if not joined:
+            raise LookupError(f"no bookie {name}")
         return self.cluster.bookies[name]
 
     async def _corrupt(self, planned: PlannedFault) -> str:
         node = await self._bookie(planned.target)
         kind = "bit_flip" if planned.kind is FaultKind.ENTRY_LOG_BIT_FLIP else "truncate"
         ledger_dir = node.process.data_dir / "ledgers"  # the bookie's default ledger_dir
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + TARGET_WAIT_S
-        while True:  # a replacement bookie holds nothing until ledgers are written to it
+        done: Corruption | None = None
+
+        async def damaged() -> bool:
+            nonlocal done
             try:
                 done = await asyncio.to_thread(corrupt_entry_log, ledger_dir, kind, self.rng)
-                return done.detail
-            except LookupError:
-                if loop.time() > deadline:
-                    raise
-                await asyncio.sleep(1.0)
+            except LookupError:  # a replacement holds nothing until ledgers are written to it
+                return False
+            return True
+
+        if not await poll(damaged, within_s=TARGET_WAIT_S, interval=1.0) or done is None:
+            raise LookupError(f"{planned.target} has no entry log with data to damage")
+        return done.detail
 
     async def supervise(self) -> None:
         """Until cancelled: restart any process that died while no fault held it."""

@@ -30,14 +30,13 @@ from typing import Any
 
 from stripemq.chaos.checker import Verdict, check_history, fault_end_ms
 from stripemq.chaos.cluster import ChaosCluster, ClusterShape, describe
-from stripemq.chaos.history import History, Outcome
+from stripemq.chaos.history import SUBSCRIPTION_MODES, History, Outcome
 from stripemq.chaos.injector import FaultInjector
 from stripemq.chaos.report import write_report
 from stripemq.chaos.schedule import FaultKind, PlannedFault, ScheduleShape, make_schedule
 from stripemq.chaos.workload import (
     DEDUP_NAMESPACE,
     PLAIN_NAMESPACE,
-    SUBSCRIPTIONS,
     TENANT,
     Workload,
     WorkloadShape,
@@ -45,6 +44,7 @@ from stripemq.chaos.workload import (
 )
 from stripemq.clock import now_ms
 from stripemq.errors import StripeMQError
+from stripemq.retry import poll
 
 log = logging.getLogger(__name__)
 
@@ -191,13 +191,9 @@ class ChaosRun:
     async def _wait_moving(self, since_ms: int, bound_s: float, what: str) -> None:
         """Until every producer had a send acknowledged and every subscription a delivery
         after ``since_ms``, or ``bound_s`` passed (the checker then names who stalled)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + bound_s
-        while loop.time() < deadline:
-            if not self._stalled(since_ms):
-                return
-            await asyncio.sleep(0.2)
-        self.notes.append(f"{what}: still stalled after {bound_s:.0f}s: {self._stalled(since_ms)}")
+        if not await poll(lambda: not self._stalled(since_ms), within_s=bound_s, interval=0.2):
+            stalled = self._stalled(since_ms)
+            self.notes.append(f"{what}: still stalled after {bound_s:.0f}s: {stalled}")
 
     def _stalled(self, since_ms: int) -> list[str]:
         producers = {s.producer for s in self.history.sends}
@@ -206,7 +202,7 @@ class ChaosRun:
             for s in self.history.sends[-5000:]
             if s.outcome is Outcome.ACKED and (s.done_ms or 0) >= since_ms
         }
-        subscriptions = {(t, s) for t in topics() for s in _subscription_names()}
+        subscriptions = {(t, s) for t in topics() for s in SUBSCRIPTION_MODES}
         delivered = {
             (d.topic, d.subscription)
             for d in self.history.deliveries[-20000:]
@@ -216,15 +212,8 @@ class ChaosRun:
 
     async def _wait_delivered(self, bound_s: float) -> None:
         """Until every subscription has received every acknowledged message."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + bound_s
-        while True:
-            missing = self._undelivered()
-            if not missing or loop.time() > deadline:
-                break
-            await asyncio.sleep(0.5)
-        if missing:
-            self.notes.append(f"after {bound_s:.0f}s still undelivered: {missing}")
+        if not await poll(lambda: not self._undelivered(), within_s=bound_s, interval=0.5):
+            self.notes.append(f"after {bound_s:.0f}s still undelivered: {self._undelivered()}")
 
     def _undelivered(self) -> dict[str, int]:
         acked = collections.defaultdict(set)
@@ -236,26 +225,26 @@ class ChaosRun:
             received[(d.topic, d.subscription)].add(d.message)
         missing = {}
         for topic in topics():
-            for subscription in _subscription_names():
+            for subscription in SUBSCRIPTION_MODES:
                 n = len(acked[topic] - received[(topic, subscription)])
                 if n:
                     missing[f"{topic}[{subscription}]"] = n
         return missing
 
     async def _wait_replicated(self, cluster: ChaosCluster, bound_s: float) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + bound_s
         short: list[int] | None = None
-        while True:
+
+        async def replicated() -> bool:
+            nonlocal short
             try:
                 short = await cluster.under_replicated_ledgers()
-                self.under_replicated = len(short)
             except StripeMQError as exc:  # a metadata hiccup: look again
                 log.warning("under-replication scan failed: %r", exc)
-            if short == [] or loop.time() > deadline:
-                break
-            await asyncio.sleep(1.0)
-        if short:
+                return False
+            self.under_replicated = len(short)
+            return not short
+
+        if not await poll(replicated, within_s=bound_s, interval=1.0) and short:
             self.notes.append(f"ledgers still under-replicated: {short[:20]}")
 
     async def _tick(self) -> None:
@@ -335,10 +324,6 @@ class ChaosRun:
                 for p in self.schedule
             ],
         }
-
-
-def _subscription_names() -> list[str]:
-    return list(SUBSCRIPTIONS)
 
 
 def _copy_logs(cluster: ChaosCluster, target: Path) -> None:

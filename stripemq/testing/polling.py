@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import time
 from collections.abc import Awaitable, Callable
 
 from stripemq.clock import now_ms
+from stripemq.retry import poll
 
 
 async def until(
@@ -20,17 +19,8 @@ async def until(
 ) -> None:
     """Return once ``condition()`` (a plain or a coroutine function) is true;
     ``AssertionError`` naming ``what`` after ``timeout``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        held = condition()
-        if inspect.isawaitable(held):
-            held = await held
-        if held:
-            return
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting until {what}\n{logs}".rstrip())
-        await asyncio.sleep(interval)
+    if not await poll(condition, within_s=timeout, interval=interval):
+        raise AssertionError(f"timed out waiting until {what}\n{logs}".rstrip())
 
 
 def until_blocking(
