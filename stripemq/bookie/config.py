@@ -78,12 +78,21 @@ class BookieConfig:
         pulsar_name="ledgerDirectories",
     )
 
-    # Journal: one fsync covers every record that arrived within the group wait or until
-    # the buffered bytes pass the threshold.
+    # Journal: one fsync covers every record queued while the previous one was on the disk
+    # (and, unless flushing when the queue empties, within the group wait or until the
+    # buffered bytes pass the threshold).
     journal_max_group_wait_ms: float = setting(
         2.0,
         "How long a journal group may wait for company before its fsync.",
         pulsar_name="journalMaxGroupWaitMSec",
+    )
+    journal_flush_when_queue_empty: bool = setting(
+        True,
+        "Sync a journal group as soon as nothing more is queued, without waiting "
+        "`journal_max_group_wait_ms`: an idle bookie acknowledges after one fsync, and groups "
+        "still grow under load, while the previous sync is on the disk. BookKeeper's "
+        "default is `false`.",
+        pulsar_name="journalFlushWhenQueueEmpty",
     )
     journal_buffered_writes_threshold: int = setting(
         512 * 1024,

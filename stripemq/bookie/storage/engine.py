@@ -173,6 +173,7 @@ class BookieStorage:
         self.journal = JournalWriter(
             self.journal_dir,
             max_group_wait_ms=config.journal_max_group_wait_ms,
+            flush_when_queue_empty=config.journal_flush_when_queue_empty,
             buffered_writes_threshold=config.journal_buffered_writes_threshold,
             sync_data=config.journal_sync_data,
             max_file_size=config.journal_max_size_mb * 1024 * 1024,

@@ -1,12 +1,14 @@
 """The bookie's write-ahead journal: records, group commit, rotation and replay.
 
 Every add, fence, master key and explicit LAC is appended here and made durable before it is
-acknowledged. One ``fdatasync`` covers every record that arrived within
-``max_group_wait_ms`` (or until ``buffered_writes_threshold`` bytes are waiting); while one
-sync is on the disk the next group gathers. Writes and syncs run on one dedicated thread so
-they keep their order and never block the event loop. No waiter of a group is resolved
-before that group's sync has returned: the sync function (``JournalWriter.sync_file``,
-``os.fdatasync`` by default) is the single point every acknowledgement waits behind.
+acknowledged. While one sync is on the disk the next group gathers: an idle journal syncs a
+record at once, a busy one covers many records with each ``fdatasync``. With
+``flush_when_queue_empty`` off (BookKeeper's default), a group also waits up to
+``max_group_wait_ms`` for company (or until ``buffered_writes_threshold`` bytes are waiting).
+Writes and syncs run on one dedicated thread so they keep their order and never block the
+event loop. No waiter of a group is resolved before that group's sync has returned: the sync
+function (``JournalWriter.sync_file``, ``os.fdatasync`` by default) is the single point every
+acknowledgement waits behind.
 
 Record: ``length:u32 | crc32c:u32 | type:u8 | ledger_id:u64 | body`` where the CRC and the
 length cover everything after the CRC. A torn or corrupt record ends the replay of its file.
@@ -160,12 +162,14 @@ class JournalWriter:
         *,
         max_group_wait_ms: float,
         buffered_writes_threshold: int,
+        flush_when_queue_empty: bool = True,
         sync_data: bool,
         max_file_size: int,
         sync_file: SyncFile = os.fdatasync,
     ) -> None:
         self.directory = directory
         self.max_group_wait = max_group_wait_ms / 1000.0
+        self.flush_when_queue_empty = flush_when_queue_empty
         self.threshold = buffered_writes_threshold
         self.sync_data = sync_data
         self.max_file_size = max_file_size
@@ -254,21 +258,21 @@ class JournalWriter:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            await self._wakeup.wait()
             group = self._group
             if not group.chunks:
-                self._wakeup.clear()
                 if self._closing:
                     return
+                self._wakeup.clear()
+                await self._wakeup.wait()
                 continue
             delay = group.first_at + self.max_group_wait - loop.time()
-            if delay > 0 and group.size < self.threshold and not self._closing:
+            waits = not self.flush_when_queue_empty and not self._closing
+            if waits and delay > 0 and group.size < self.threshold:
                 try:
                     await asyncio.wait_for(self._full.wait(), delay)
                 except TimeoutError:
                     pass
             self._group = _Group()
-            self._wakeup.clear()
             self._full.clear()
             buf = b"".join(group.chunks)
             try:
@@ -284,8 +288,6 @@ class JournalWriter:
             for waiter in group.waiters:
                 if not waiter.done():
                     waiter.set_result(mark)
-            if self._group.chunks:
-                self._wakeup.set()
 
     # ------------------------------------------------------------------ writer thread
 
