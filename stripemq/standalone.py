@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stripemq.bookie.config import BookieConfig
+from stripemq.bookie.local_client import LocalBookieClient
 from stripemq.bookie.server import BookieServer
 from stripemq.broker.app import BrokerApp
 from stripemq.broker.config import BrokerConfig
@@ -112,6 +113,7 @@ class Standalone:
         self.store: MetadataStore | None = None
         self.bookie: BookieServer | None = None
         self.broker: BrokerApp | None = None
+        self.local_bookie: LocalBookieClient | None = None
 
     def derived_bookie_settings(self) -> dict[str, object]:
         """The bookie settings the standalone's own options decide."""
@@ -137,8 +139,15 @@ class Standalone:
                 self.bookie_config, store=self.store, serve_http=self.bookie_http
             )
             await self.bookie.start()
+            # The broker reaches this bookie in-process (still journaled and fsynced); other
+            # processes (auto-recovery, Spark) reach it over gRPC as in a cluster.
+            local = LocalBookieClient(self.bookie.bookie_id, self.bookie.handler)
+            self.local_bookie = local
             self.broker = BrokerApp(
-                self.broker_config, store=self.store, extra_collectors=[self.bookie.metrics]
+                self.broker_config,
+                store=self.store,
+                extra_collectors=[self.bookie.metrics],
+                local_bookies={self.bookie.bookie_id: local},
             )
             await self.broker.start()
         except BaseException:
@@ -156,6 +165,9 @@ class Standalone:
         if self.broker is not None:
             await self.broker.stop()
             self.broker = None
+        if self.local_bookie is not None:
+            await self.local_bookie.close()
+            self.local_bookie = None
         if self.bookie is not None:
             await self.bookie.stop()
             self.bookie = None

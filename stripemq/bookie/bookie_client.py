@@ -13,6 +13,7 @@ import itertools
 import logging
 from collections import deque
 from dataclasses import dataclass
+from typing import Protocol
 
 import grpc
 
@@ -50,6 +51,41 @@ class ReadResult:
     entry: bytes  # verified wire/disk form
     lac: int
     fenced: bool
+
+
+class BookieCalls(Protocol):
+    """What a ledger client asks of one bookie: ``BookieClient`` over gRPC, or
+    ``LocalBookieClient`` for the bookie in the same process."""
+
+    address: str
+
+    async def connect(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    def add_entry(
+        self, master_key: bytes, entry: bytes, *, recovery_add: bool = False
+    ) -> asyncio.Future[tuple[int, int]]: ...
+
+    async def read_entry(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        *,
+        fence: bool = False,
+        master_key: bytes = b"",
+        long_poll_timeout_ms: int = 0,
+    ) -> ReadResult: ...
+
+    async def read_entries(
+        self, ledger_id: int, entry_ids: list[int], max_bytes: int = 0
+    ) -> tuple[list[bytes], int]: ...
+
+    async def read_lac(self, ledger_id: int) -> LacInfo: ...
+
+    async def write_lac(self, ledger_id: int, master_key: bytes, lac: int) -> None: ...
+
+    async def get_info(self) -> pb.GetInfoResponse: ...
 
 
 def _error_from_rpc(exc: grpc.aio.AioRpcError, address: str) -> BookieError:

@@ -21,6 +21,7 @@ from stripemq.bookie.client.ledger_manager import LedgerManager
 from stripemq.bookie.config import BookieConfig
 from stripemq.bookie.cookie import check_cookies, cookies_apply
 from stripemq.bookie.disk import fullest_disk
+from stripemq.bookie.handler import BookieRequestHandler
 from stripemq.bookie.metrics import BookieMetrics
 from stripemq.bookie.registration import BookieRegistration
 from stripemq.bookie.storage.engine import AddOp, BookieStorage
@@ -50,14 +51,10 @@ MAX_INFLIGHT_REQUESTS_PER_STREAM = 256
 
 
 class BookieService(pb_grpc.BookieServicer):
-    """Maps the gRPC calls onto ``BookieStorage``."""
+    """Maps the gRPC calls onto a ``BookieRequestHandler``."""
 
-    def __init__(
-        self, storage: BookieStorage, config: BookieConfig, metrics: BookieMetrics
-    ) -> None:
-        self.storage = storage
-        self.config = config
-        self.metrics = metrics
+    def __init__(self, handler: BookieRequestHandler) -> None:
+        self.handler = handler
 
     async def AddEntry(
         self, request_iterator: AsyncIterator[pb.AddRequest], context: grpc.aio.ServicerContext
@@ -71,8 +68,7 @@ class BookieService(pb_grpc.BookieServicer):
         async def handle(request: pb.AddRequest, arrived: float) -> None:
             response = await self._add(request)
             took = time.perf_counter() - arrived
-            for result in response.results:
-                self.metrics.add_answered(took, result.code == 0)
+            self.handler.answered((result.code == 0 for result in response.results), took)
             await responses.put(response)
 
         async def read_requests() -> None:
@@ -100,47 +96,30 @@ class BookieService(pb_grpc.BookieServicer):
 
     async def _add(self, request: pb.AddRequest) -> pb.AddResponse:
         ops = [AddOp(op.entry, op.master_key, op.recovery_add) for op in request.ops]
-        started = time.perf_counter()
-        try:
-            results = await self.storage.add_entries(ops)
-        except Exception as exc:  # never let one request kill the stream
-            log.exception("unexpected failure adding %d entries", len(ops))
-            error = BookieError(f"internal error: {exc}")
-            results = [error] * len(ops)
-        took = time.perf_counter() - started
+        results = await self.handler.add(ops)
         response = pb.AddResponse()
         for op, result in zip(request.ops, results, strict=True):
             out = response.results.add(request_id=op.request_id)
-            stored = isinstance(result, EntryHeader)
-            self.metrics.added(took, len(op.entry) if stored else None)
             if isinstance(result, EntryHeader):
                 out.ledger_id, out.entry_id = result.ledger_id, result.entry_id
             else:
                 out.code, out.message = result.bk_code, str(result)
-                self.metrics.request_errors.labels("add", str(result.bk_code)).inc()
-                log.debug("add %d refused: %s", op.request_id, result)
         return response
 
     async def ReadEntry(
         self, request: pb.ReadRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReadResponse:
         async def read() -> pb.ReadResponse:
-            if request.fence:
-                await self.storage.fence(request.ledger_id, request.master_key)
-            entry, state = await self.storage.read_entry(
-                request.ledger_id, request.entry_id, request.long_poll_timeout_ms
+            entry, state = await self.handler.read_entry(
+                request.ledger_id,
+                request.entry_id,
+                fence=request.fence,
+                master_key=request.master_key,
+                long_poll_timeout_ms=request.long_poll_timeout_ms,
             )
             return pb.ReadResponse(entry=entry, lac=state.lac, fenced=state.fenced)
 
-        started = time.perf_counter()
-        size: int | None = None
-        try:
-            response = await self._answer(context, "read", read())
-            size = len(response.entry)
-        finally:
-            long_poll = request.long_poll_timeout_ms > 0
-            self.metrics.read(time.perf_counter() - started, size, long_poll=long_poll)
-        return response
+        return await self._answer(context, "read", read())
 
     async def ReadEntries(
         self, request: pb.ReadEntriesRequest, context: grpc.aio.ServicerContext
@@ -149,30 +128,18 @@ class BookieService(pb_grpc.BookieServicer):
         limit = min(request.max_bytes or GRPC_MAX_MESSAGE // 2, GRPC_MAX_MESSAGE // 2)
 
         async def read() -> pb.ReadEntriesResponse:
-            entries, state = await self.storage.read_entries(
+            entries, state = await self.handler.read_entries(
                 request.ledger_id, list(request.entry_ids), limit
             )
             return pb.ReadEntriesResponse(entries=entries, lac=state.lac)
 
-        started = time.perf_counter()
-        response: pb.ReadEntriesResponse | None = None
-        try:
-            response = await self._answer(context, "read", read())
-        finally:
-            # Counted per entry, each with its share of the batch's time.
-            took = time.perf_counter() - started
-            if response is None:
-                self.metrics.read(took, None)
-            else:
-                for entry in response.entries:
-                    self.metrics.read(took / len(response.entries), len(entry))
-        return response
+        return await self._answer(context, "read", read())
 
     async def ReadLac(
         self, request: pb.ReadLacRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReadLacResponse:
         async def read_lac() -> pb.ReadLacResponse:
-            state = await self.storage.ledger_state(request.ledger_id)
+            state = await self.handler.ledger_state(request.ledger_id)
             return pb.ReadLacResponse(
                 lac=state.lac, last_entry_id=state.last_entry_id, fenced=state.fenced
             )
@@ -183,7 +150,7 @@ class BookieService(pb_grpc.BookieServicer):
         self, request: pb.WriteLacRequest, context: grpc.aio.ServicerContext
     ) -> pb.WriteLacResponse:
         async def write_lac() -> pb.WriteLacResponse:
-            await self.storage.write_lac(request.ledger_id, request.master_key, request.lac)
+            await self.handler.write_lac(request.ledger_id, request.master_key, request.lac)
             return pb.WriteLacResponse()
 
         return await self._answer(context, "write_lac", write_lac())
@@ -191,22 +158,7 @@ class BookieService(pb_grpc.BookieServicer):
     async def GetInfo(
         self, request: pb.GetInfoRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetInfoResponse:
-        async def info() -> pb.GetInfoResponse:
-            usage = await asyncio.to_thread(
-                fullest_disk, [self.config.journal_dir, self.config.ledger_dir]
-            )
-            return pb.GetInfoResponse(
-                bookie_id=self.config.bookie_id,
-                read_only=self.storage.read_only,
-                total_disk_bytes=usage.total_bytes,
-                free_disk_bytes=usage.free_bytes,
-                journal_fsyncs=self.storage.journal.fsync_count,
-                entries_added=self.storage.entries_added,
-                memtable_bytes=self.storage.memtable.size_bytes,
-                rack=self.config.rack or "",
-            )
-
-        return await self._answer(context, "get_info", info())
+        return await self._answer(context, "get_info", self.handler.info())
 
     async def _answer(
         self, context: grpc.aio.ServicerContext, operation: str, work: Awaitable[T]
@@ -221,7 +173,7 @@ class BookieService(pb_grpc.BookieServicer):
         except Exception as exc:
             log.exception("unexpected failure in %s", operation)
             error, status = BookieError(f"internal error: {exc}"), grpc.StatusCode.INTERNAL
-        self.metrics.request_errors.labels(operation, str(error.bk_code)).inc()
+        self.handler.count_error(operation, error)
         context.set_trailing_metadata((("bk-code", str(error.bk_code)),))
         await context.abort(status, str(error))
 
@@ -244,6 +196,8 @@ class BookieServer:
         self.config = config
         self.storage = BookieStorage(config)
         self.metrics = BookieMetrics(self.storage, enabled=config.enable_statistics)
+        # Every request is served through this, over gRPC or from this process.
+        self.handler = BookieRequestHandler(self.storage, config, self.metrics)
         self.serve_http = serve_http
         self._shared_store = store
         self._server: grpc.aio.Server | None = None
@@ -274,7 +228,7 @@ class BookieServer:
         await self._check_cookies()
         await self.storage.start()
         server = grpc.aio.server(options=GRPC_OPTIONS)
-        service = BookieService(self.storage, self.config, self.metrics)
+        service = BookieService(self.handler)
         pb_grpc.add_BookieServicer_to_server(service, server)
         address = f"{self.config.bookie_host}:{self.config.bookie_port}"
         try:

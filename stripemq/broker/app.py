@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from prometheus_client.registry import Collector
 
+from stripemq.bookie.bookie_client import BookieCalls
 from stripemq.bookie.client import BookKeeper
 from stripemq.broker.admin.rest import AdminContext
 from stripemq.broker.config import BrokerConfig
@@ -66,11 +67,14 @@ class BrokerApp:
         config: BrokerConfig,
         store: MetadataStore | None = None,
         extra_collectors: Iterable[Collector] = (),
+        local_bookies: Mapping[str, BookieCalls] | None = None,
     ) -> None:
-        """``extra_collectors`` join the web port's ``/metrics`` (the standalone's bookie)."""
+        """``extra_collectors`` join the web port's ``/metrics`` (the standalone's bookie);
+        ``local_bookies`` are clients of bookies in this process, by bookie id."""
         config.validate()
         self.config = config
         self._shared_store = store
+        self._local_bookies = dict(local_bookies or {})
         self.store: MetadataStore | None = store
         self.bk: BookKeeper | None = None
         self.server: BrokerServer | None = None
@@ -111,7 +115,7 @@ class BrokerApp:
                 )
                 await self.store.start()
             self.store.add_session_listener(self._on_session_event)
-            self.bk = BookKeeper(self.store)
+            self.bk = BookKeeper(self.store, local_bookies=self._local_bookies)
             await self.bk.start()
             self.server = BrokerServer(
                 self.store,

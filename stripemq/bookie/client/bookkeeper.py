@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
+from stripemq.bookie.bookie_client import BookieCalls
 from stripemq.bookie.client.bookie_watcher import BookieWatcher
 from stripemq.bookie.client.config import ClientConfig
 from stripemq.bookie.client.ledger_handle import LedgerHandle
@@ -34,14 +35,16 @@ class BookKeeper:
         config: ClientConfig | None = None,
         *,
         placement: EnsemblePlacementPolicy | None = None,
+        local_bookies: Mapping[str, BookieCalls] | None = None,
     ) -> None:
+        """``local_bookies``: clients of bookies in this process, by bookie id."""
         self.store = store
         self.config = config or ClientConfig()
         self.config.validate()
         self.ledger_manager = LedgerManager(store)
         self.bookie_watcher = BookieWatcher(store)
         self.placement = placement or EnsemblePlacementPolicy()
-        self.clients = BookieClientPool(self.config)
+        self.clients = BookieClientPool(self.config, local_bookies)
         self.health = BookieHealth()
         self._started = False
         self._closed = False

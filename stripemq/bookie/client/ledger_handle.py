@@ -18,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from stripemq.bookie.bookie_client import BookieClient
+from stripemq.bookie.bookie_client import BookieCalls
 from stripemq.bookie.client.metadata import LedgerMetadata, LedgerState
 from stripemq.bookie.client.reader import ReadHandle
 from stripemq.errors import (
@@ -103,7 +103,7 @@ class LedgerHandle(ReadHandle):
         self._recovery = recovery
         self._pending: deque[PendingAdd] = deque()
         self._ensemble: list[str] = list(metadata.current_ensemble)
-        self._clients: list[BookieClient] = []
+        self._clients: list[BookieCalls] = []
         self._failed: dict[int, str] = {}  # slot -> bookie awaiting replacement
         self._change_task: asyncio.Task[None] | None = None
         self._ensemble_changes = 0

@@ -1,23 +1,31 @@
-"""One connected ``BookieClient`` per bookie address, shared by every ledger handle."""
+"""One connected client per bookie address, shared by every ledger handle.
+
+A bookie in the same process (the standalone's) is reached through the ``LocalBookieClient``
+given for its address; every other one through a gRPC ``BookieClient``.
+"""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 
-from stripemq.bookie.bookie_client import BookieClient
+from stripemq.bookie.bookie_client import BookieCalls, BookieClient
 from stripemq.bookie.client.config import ClientConfig
 from stripemq.errors import ClientClosedError
 
 
 class BookieClientPool:
-    def __init__(self, config: ClientConfig) -> None:
+    def __init__(
+        self, config: ClientConfig, local: Mapping[str, BookieCalls] | None = None
+    ) -> None:
         self.config = config
-        self._clients: dict[str, BookieClient] = {}
+        self._local = dict(local or {})
+        self._clients: dict[str, BookieCalls] = {}
         self._lock = asyncio.Lock()
         self._closed = False
 
-    async def get(self, address: str) -> BookieClient:
-        client = self._clients.get(address)
+    async def get(self, address: str) -> BookieCalls:
+        client = self._clients.get(address) or self._local.get(address)
         if client is not None:
             return client
         async with self._lock:
@@ -37,5 +45,6 @@ class BookieClientPool:
     async def close(self) -> None:
         async with self._lock:
             self._closed = True
-            clients, self._clients = list(self._clients.values()), {}
+            # Local clients belong to whoever embeds the bookie; they outlive this pool.
+            clients, self._clients, self._local = list(self._clients.values()), {}, {}
         await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)

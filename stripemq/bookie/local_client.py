@@ -1,0 +1,160 @@
+"""``LocalBookieClient``: the standalone broker's client of the bookie in its own process.
+
+It answers the calls a ledger handle makes of a ``BookieClient`` from the bookie's
+``BookieRequestHandler`` directly, without gRPC and loopback sockets: no encoding, no
+copies, no poller thread. Nothing else changes: every add is journaled and fsynced before
+its future resolves, and reads are verified as they are over the network. Adds made in one
+turn of the event loop go to storage together, as one journal append.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable
+from typing import TypeVar
+
+from stripemq.bookie.bookie_client import LacInfo, ReadResult
+from stripemq.bookie.handler import BookieRequestHandler
+from stripemq.bookie.storage.engine import AddOp
+from stripemq.errors import BookieError, BookieUnavailableError
+from stripemq.proto import bookie_pb2 as pb
+from stripemq.proto.entry import EntryHeader, verify_entry
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_QueuedAdd = tuple[AddOp, asyncio.Future[tuple[int, int]]]
+
+
+class LocalBookieClient:
+    """``BookieClient``'s calls, served in this process by ``handler``'s bookie."""
+
+    def __init__(self, address: str, handler: BookieRequestHandler) -> None:
+        self.address = address
+        self.handler = handler
+        self._queue: list[_QueuedAdd] = []
+        self._flush_scheduled = False
+        self._adding: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    async def connect(self) -> None:
+        """Nothing to connect: present so the pool treats every client alike."""
+
+    async def close(self) -> None:
+        """Refuse further calls; adds already handed to storage finish on their own."""
+        self._closed = True
+        error = BookieUnavailableError(f"client of {self.address} closed")
+        queued, self._queue = self._queue, []
+        for _, future in queued:
+            if not future.done():
+                future.set_exception(error)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BookieUnavailableError(f"client of {self.address} is closed")
+
+    # ------------------------------------------------------------------ adds
+
+    def add_entry(
+        self, master_key: bytes, entry: bytes, *, recovery_add: bool = False
+    ) -> asyncio.Future[tuple[int, int]]:
+        """Queue an add; the future gives ``(ledger_id, entry_id)`` once durable."""
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[tuple[int, int]] = loop.create_future()
+        self._queue.append((AddOp(entry, master_key, recovery_add), future))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            loop.call_soon(self._flush)
+        return future
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        batch, self._queue = self._queue, []
+        if not batch:
+            return
+        task = asyncio.create_task(self._add(batch), name=f"local-add-{self.address}")
+        self._adding.add(task)
+        task.add_done_callback(self._adding.discard)
+
+    async def _add(self, batch: list[_QueuedAdd]) -> None:
+        started = time.perf_counter()
+        results = await self.handler.add([op for op, _ in batch])
+        self.handler.answered(
+            (isinstance(r, EntryHeader) for r in results), time.perf_counter() - started
+        )
+        for (_, future), result in zip(batch, results, strict=True):
+            if future.done():
+                continue
+            if isinstance(result, BookieError):
+                future.set_exception(result)
+            else:
+                future.set_result((result.ledger_id, result.entry_id))
+
+    # ------------------------------------------------------------------ other calls
+
+    async def read_entry(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        *,
+        fence: bool = False,
+        master_key: bytes = b"",
+        long_poll_timeout_ms: int = 0,
+    ) -> ReadResult:
+        """One entry (``-1``: the last one held), verified as a remote read is."""
+        self._check_open()
+        entry, state = await self._counted(
+            "read",
+            self.handler.read_entry(
+                ledger_id,
+                entry_id,
+                fence=fence,
+                master_key=master_key,
+                long_poll_timeout_ms=long_poll_timeout_ms,
+            ),
+        )
+        verify_entry(entry)
+        return ReadResult(entry, state.lac, state.fenced)
+
+    async def read_entries(
+        self, ledger_id: int, entry_ids: list[int], max_bytes: int = 0
+    ) -> tuple[list[bytes], int]:
+        """The first of ``entry_ids`` that fit in ``max_bytes`` (at least one), each
+        verified, and the bookie's LAC."""
+        self._check_open()
+        entries, state = await self._counted(
+            "read", self.handler.read_entries(ledger_id, entry_ids, max_bytes)
+        )
+        for entry in entries:
+            verify_entry(entry)
+        return entries, state.lac
+
+    async def read_lac(self, ledger_id: int) -> LacInfo:
+        self._check_open()
+        state = await self._counted("read_lac", self.handler.ledger_state(ledger_id))
+        return LacInfo(state.lac, state.last_entry_id, state.fenced)
+
+    async def write_lac(self, ledger_id: int, master_key: bytes, lac: int) -> None:
+        self._check_open()
+        await self._counted("write_lac", self.handler.write_lac(ledger_id, master_key, lac))
+
+    async def get_info(self) -> pb.GetInfoResponse:
+        self._check_open()
+        return await self._counted("get_info", self.handler.info())
+
+    async def _counted(self, operation: str, work: Awaitable[T]) -> T:
+        """Await ``work``; failures are typed and counted as the gRPC service does."""
+        try:
+            return await work
+        except BookieError as error:
+            self.handler.count_error(operation, error)
+            raise
+        except Exception as exc:
+            log.exception("unexpected failure in %s", operation)
+            internal = BookieError(f"internal error: {exc}")
+            self.handler.count_error(operation, internal)
+            raise internal from exc
