@@ -128,6 +128,10 @@ class ServerConnection:
         self._publish_rate_ok.set()
         self._throttle_timer: asyncio.TimerHandle | None = None
         self._draining: asyncio.Task[None] | None = None  # consumers wait for the socket
+        # Frames written in one turn of the event loop leave in one socket write.
+        self._unsent: list[bytes] = []
+        self._unsent_bytes = 0
+        self._write_scheduled = False
         # drain() returns below a quarter of the limit: dispatch resumes before the socket
         # runs dry.
         writer.transport.set_write_buffer_limits(high=MAX_UNSENT_BYTES, low=MAX_UNSENT_BYTES // 4)
@@ -278,14 +282,34 @@ class ServerConnection:
         self._flush()
 
     def write(self, message: Message) -> None:
-        if not self.writer.is_closing():
-            self.writer.write(encode_command(message))
+        self._send_bytes(encode_command(message))
 
     def _flush(self) -> None:
         """Write what the session queued (its own answers)."""
         data = self.session.data_to_send()
-        if data and not self.writer.is_closing():
-            self.writer.write(data)
+        if data:
+            self._send_bytes(data)
+
+    def _send_bytes(self, data: bytes) -> None:
+        """Queue ``data`` for the socket: what is queued in one turn of the event loop (a
+        read's receipts, a dispatch round's messages) goes out in one write, one syscall."""
+        if self.writer.is_closing():
+            return
+        self._unsent.append(data)
+        self._unsent_bytes += len(data)
+        if not self._write_scheduled:
+            self._write_scheduled = True
+            asyncio.get_running_loop().call_soon(self._write_unsent)
+
+    def _write_unsent(self) -> None:
+        self._write_scheduled = False
+        unsent, self._unsent, self._unsent_bytes = self._unsent, [], 0
+        if unsent and not self.writer.is_closing():
+            self.writer.write(unsent[0] if len(unsent) == 1 else b"".join(unsent))
+
+    def _buffered_bytes(self) -> int:
+        """Bytes written but not yet taken by the client, queued ones included."""
+        return self.writer.transport.get_write_buffer_size() + self._unsent_bytes
 
     # ------------------------------------------------------------------ discovery
 
@@ -560,10 +584,8 @@ class ServerConnection:
             command.redelivery_count = redelivery_count
         if ack_set:
             command.ack_set.extend(ack_set)
-        self.writer.write(encode_payload_command(command, entry))
-        if self._draining is None and self.writer.transport.get_write_buffer_size() > (
-            MAX_UNSENT_BYTES
-        ):
+        self._send_bytes(encode_payload_command(command, entry))
+        if self._draining is None and self._buffered_bytes() > MAX_UNSENT_BYTES:
             for consumer in self.consumers.values():
                 consumer.slot.writable = False
             self._draining = asyncio.ensure_future(self._resume_when_drained())
@@ -571,6 +593,7 @@ class ServerConnection:
     async def _resume_when_drained(self) -> None:
         """Once the client has taken what was written, its consumers may get more."""
         try:
+            self._write_unsent()  # drain() waits only for what the transport holds
             await self.writer.drain()
         except ConnectionError:
             return  # the connection is going: its cleanup removes the consumers
@@ -702,6 +725,7 @@ class ServerConnection:
         for producer in producers:
             with contextlib.suppress(StripeMQError):
                 await producer.topic.remove_producer(producer)
+        self._write_unsent()  # the last answers, before the socket closes
         self.writer.close()
         with contextlib.suppress(ConnectionError, asyncio.CancelledError):
             await self.writer.wait_closed()

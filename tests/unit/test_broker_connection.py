@@ -1,6 +1,6 @@
-"""``ServerConnection``'s publish throttling, driven without a socket: a SEND counts as a
-bounded number of messages against its topic's publish rate, and a changed rate ends a
-pause at once."""
+"""``ServerConnection`` driven without a socket: a SEND counts as a bounded number of
+messages against its topic's publish rate, a changed rate ends a pause at once, and what
+one turn of the event loop writes leaves in one socket write, in order."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from stripemq.errors import ManagedLedgerError
 from stripemq.managed_ledger.position import Position
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.ack_set import MAX_BATCH_SIZE
-from stripemq.proto.frames import Frame, base_command, encode_entry
+from stripemq.proto.frames import Frame, base_command, encode_command, encode_entry
 from stripemq.proto.topic_name import TopicName
 from stripemq.testing.polling import until
 
@@ -35,6 +35,7 @@ class Writer:
     def __init__(self) -> None:
         self.transport = Transport()
         self.written = b""
+        self.writes = 0
 
     def get_extra_info(self, name: str) -> object:
         return ("127.0.0.1", 1234)
@@ -44,11 +45,12 @@ class Writer:
 
     def write(self, data: bytes) -> None:
         self.written += data
+        self.writes += 1
 
 
-def connection() -> ServerConnection:
+def connection(writer: Writer | None = None) -> ServerConnection:
     reader = cast(asyncio.StreamReader, None)
-    return ServerConnection(cast(BrokerService, None), reader, cast(Any, Writer()))
+    return ServerConnection(cast(BrokerService, None), reader, cast(Any, writer or Writer()))
 
 
 class Topic:
@@ -109,3 +111,19 @@ async def test_failed_appends_are_not_counted() -> None:
     await until(lambda: conn.pending_publishes == 0, "the failed append is answered")
     assert topic.stats.meter.count == 0
     assert producer.stats.meter.count == 0
+
+
+async def test_frames_written_in_one_loop_turn_leave_in_one_write_in_order() -> None:
+    writer = Writer()
+    conn = connection(writer)
+    metadata = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1)
+    for entry_id in range(50):
+        message_id = pb.MessageIdData(ledgerId=3, entryId=entry_id)
+        conn.send_message(7, message_id, 0, encode_entry(metadata, b"<m%d>" % entry_id))
+    conn.write(pb.CommandSuccess(request_id=9))
+    assert writer.writes == 0  # nothing is written while this turn goes on
+    await until(lambda: writer.writes > 0, "the queued frames are written")
+    assert writer.writes == 1
+    positions = [writer.written.find(b"<m%d>" % i) for i in range(50)]
+    assert -1 not in positions and positions == sorted(positions)
+    assert writer.written.endswith(encode_command(pb.CommandSuccess(request_id=9)))
