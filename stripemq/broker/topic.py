@@ -671,16 +671,12 @@ class Subscription:
         self._wake.clear()
 
     async def _wait_for_entries_or_wake(self, ml: ManagedLedger, after: Position) -> None:
-        entries = asyncio.ensure_future(ml.wait_for_entries(after))
-        woken = asyncio.ensure_future(self._wake.wait())
-        try:
-            await asyncio.wait({entries, woken}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (entries, woken):
-                task.cancel()
-            if entries.done() and not entries.cancelled():
-                entries.exception()  # seen (a closed ledger): the next read raises it again
-            self._wake.clear()
+        """Wait at the tail: the add that confirms the next entry (or the ledger closing)
+        wakes this loop directly, as does anything else that sets ``_wake``."""
+        if not ml.has_entries_after(after) and not ml.closed:
+            ml.wake_on_new_entry(self._wake.set)
+            await self._wake.wait()
+        self._wake.clear()
 
 
 class TopicLifecycle(enum.Enum):

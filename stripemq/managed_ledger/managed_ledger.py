@@ -231,6 +231,7 @@ class ManagedLedger:
         self._write_failed = False  # an append failed and others are still outstanding
         self._readers: dict[int, ReadHandle] = {}
         self._waiters: list[asyncio.Future[None]] = []
+        self._wakers: set[Callable[[], None]] = set()  # one-shot, see wake_on_new_entry
         self._trim_lock = asyncio.Lock()
         self._info_lock = asyncio.Lock()
         self._trim_task: asyncio.Task[None] | None = None
@@ -632,9 +633,19 @@ class ManagedLedger:
             self._readers[ledger_id] = reader
         return reader
 
+    def has_entries_after(self, after: Position) -> bool:
+        """Whether an entry after ``after`` is confirmed."""
+        return self.chain.exists(self.chain.next_valid(after))
+
+    def wake_on_new_entry(self, wake: Callable[[], None]) -> None:
+        """Call ``wake`` once, from the next add's completion (or when the ledger closes or
+        is fenced): how a dispatcher at the tail hears of a new entry without a task of its
+        own per wait. Registering the same callable twice calls it once."""
+        self._wakers.add(wake)
+
     async def wait_for_entries(self, after: Position, timeout_s: float | None = None) -> bool:
         """Wait until an entry after ``after`` is confirmed; ``False`` on timeout."""
-        while not self.chain.exists(self.chain.next_valid(after)):
+        while not self.has_entries_after(after):
             self._check_open()
             waiter = asyncio.get_running_loop().create_future()
             self._waiters.append(waiter)
@@ -645,6 +656,9 @@ class ManagedLedger:
         return True
 
     def _wake_waiters(self) -> None:
+        wakers, self._wakers = self._wakers, set()
+        for wake in wakers:
+            wake()
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:
             if not waiter.done():

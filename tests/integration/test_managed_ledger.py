@@ -132,6 +132,29 @@ async def test_tailing_reader_is_woken_by_new_entries(
         assert ml.cache.hits >= 1
 
 
+async def test_a_dispatcher_at_the_tail_is_woken_once_by_the_next_add_or_the_close(
+    cluster: BookieCluster, metadata_url: str
+) -> None:
+    async with Owner(metadata_url, SMALL_LEDGERS) as factory:
+        ml = await factory.open(TOPIC)
+        end = ml.last_confirmed
+        assert not ml.has_entries_after(end)
+        woken: list[str] = []
+        ml.wake_on_new_entry(lambda: woken.append("first"))
+        wake_second = lambda: woken.append("second")  # noqa: E731
+        ml.wake_on_new_entry(wake_second)
+        ml.wake_on_new_entry(wake_second)  # the same callable twice: called once
+        assert woken == []
+        await ml.add_entry(b"one")
+        assert sorted(woken) == ["first", "second"]
+        assert ml.has_entries_after(end)
+        await ml.add_entry(b"two")  # one-shot: not called again
+        assert len(woken) == 2
+        ml.wake_on_new_entry(lambda: woken.append("at close"))
+        await ml.close()
+        assert woken[-1] == "at close"
+
+
 async def test_a_second_owner_fences_the_first(cluster: BookieCluster, metadata_url: str) -> None:
     async with Owner(metadata_url, KEEP_ALL) as first:
         ml_a = await first.open(TOPIC)
