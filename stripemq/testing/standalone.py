@@ -1,4 +1,5 @@
-"""``stripemq standalone`` as a child process for tests and benchmarks."""
+"""``stripemq standalone`` for tests and benchmarks: as a child process, or in this process
+(when a test must reach inside it)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from stripemq.standalone import Standalone, StandaloneConfig
 from stripemq.testing.ports import free_port
 from stripemq.testing.process import ChildProcess
 
@@ -61,3 +63,23 @@ async def running_standalone(
         yield process.service_url
     finally:
         process.terminate()
+
+
+@contextlib.asynccontextmanager
+async def in_process_standalone(
+    base: Path, overrides: dict[str, object] | None = None
+) -> AsyncIterator[Standalone]:
+    """A started ``Standalone`` in this process, on free ports, its data under ``base``;
+    stopped on the way out. ``overrides`` are bookie and broker settings."""
+    config = StandaloneConfig(
+        str(base / "data"),
+        broker_port=free_port(),
+        web_port=free_port(),
+        bookie_port=free_port(),
+    )
+    node = Standalone(config, overrides=overrides)
+    await node.start()
+    try:
+        yield node
+    finally:
+        await node.stop()

@@ -22,11 +22,11 @@ from stripemq.broker.topic import READ_BATCH
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.frames import encode_entry as encode_message
 from stripemq.proto.frames import encode_payload_command
-from stripemq.standalone import Standalone, StandaloneConfig
+from stripemq.standalone import Standalone
 from stripemq.testing.journal_gate import installed_gate
 from stripemq.testing.polling import until
-from stripemq.testing.ports import free_port
 from stripemq.testing.raw_connection import RawConnection
+from stripemq.testing.standalone import in_process_standalone
 
 pytestmark = pytest.mark.integration
 
@@ -37,19 +37,10 @@ GREEDY_MESSAGES = 600  # of 64 KiB: far more than a socket's buffers hold
 
 @pytest.fixture
 async def standalone(tmp_path: Path) -> AsyncIterator[Standalone]:
-    config = StandaloneConfig(
-        str(tmp_path / "data"),
-        broker_port=free_port(),
-        web_port=free_port(),
-        bookie_port=free_port(),
-    )
-    node = Standalone(
-        config,
-        overrides={"stats_http_port": 0, "max_pending_publish_requests_per_connection": WINDOW},
-    )
-    await node.start()
-    yield node
-    await node.stop()
+    async with in_process_standalone(
+        tmp_path, {"stats_http_port": 0, "max_pending_publish_requests_per_connection": WINDOW}
+    ) as node:
+        yield node
 
 
 def broker_server(node: Standalone) -> BrokerServer:

@@ -23,10 +23,10 @@ from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.entry import EntryHeader, encode_entry
 from stripemq.proto.frames import encode_entry as encode_message
 from stripemq.proto.frames import encode_payload_command
-from stripemq.standalone import Standalone, StandaloneConfig
+from stripemq.standalone import Standalone
 from stripemq.testing.journal_gate import blocked_holding, installed_gate
-from stripemq.testing.ports import free_port
 from stripemq.testing.raw_connection import RawConnection
+from stripemq.testing.standalone import in_process_standalone
 
 pytestmark = pytest.mark.integration
 
@@ -68,16 +68,8 @@ async def test_a_bookie_add_completes_only_after_the_journal_sync_returns(
 
 @pytest.fixture
 async def standalone(tmp_path: Path) -> AsyncIterator[Standalone]:
-    config = StandaloneConfig(
-        str(tmp_path / "data"),
-        broker_port=free_port(),
-        web_port=free_port(),
-        bookie_port=free_port(),
-    )
-    node = Standalone(config, overrides={"stats_http_port": 0})
-    await node.start()
-    yield node
-    await node.stop()
+    async with in_process_standalone(tmp_path, {"stats_http_port": 0}) as node:
+        yield node
 
 
 def bookie_storage(node: Standalone) -> BookieStorage:

@@ -30,9 +30,9 @@ from stripemq.errors import (
     UnauthorizedAccessError,
 )
 from stripemq.proto.entry import encode_entry
-from stripemq.standalone import Standalone, StandaloneConfig
+from stripemq.standalone import Standalone
 from stripemq.testing.journal_gate import blocked_holding, installed_gate
-from stripemq.testing.ports import free_port
+from stripemq.testing.standalone import in_process_standalone
 
 pytestmark = pytest.mark.integration
 
@@ -139,16 +139,8 @@ async def test_a_closed_client_refuses_calls_and_fails_what_it_queued(
 
 @pytest.fixture
 async def standalone(tmp_path: Path) -> AsyncIterator[Standalone]:
-    config = StandaloneConfig(
-        str(tmp_path / "data"),
-        broker_port=free_port(),
-        web_port=free_port(),
-        bookie_port=free_port(),
-    )
-    node = Standalone(config)
-    await node.start()
-    yield node
-    await node.stop()
+    async with in_process_standalone(tmp_path) as node:
+        yield node
 
 
 async def test_the_standalone_broker_writes_through_the_local_client(
