@@ -94,7 +94,7 @@ class BookieRequestHandler:
             return entries, state
         finally:
             took = time.perf_counter() - started
-            if not entries:
+            if entries is None:  # failed
                 self.metrics.read(took, None)
             else:
                 for entry in entries:

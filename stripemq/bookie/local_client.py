@@ -10,15 +10,17 @@ turn of the event loop go to storage together, as one journal append.
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import time
 from collections.abc import Awaitable
 from typing import TypeVar
 
 from stripemq.bookie.bookie_client import LacInfo, ReadResult
-from stripemq.bookie.handler import BookieRequestHandler
+from stripemq.bookie.client.config import ClientConfig
+from stripemq.bookie.handler import AddResult, BookieRequestHandler
 from stripemq.bookie.storage.engine import AddOp
-from stripemq.errors import BookieError, BookieUnavailableError
+from stripemq.errors import BookieError, BookieTimeoutError, BookieUnavailableError
 from stripemq.proto import bookie_pb2 as pb
 from stripemq.proto.entry import EntryHeader, verify_entry
 
@@ -32,25 +34,35 @@ _QueuedAdd = tuple[AddOp, asyncio.Future[tuple[int, int]]]
 class LocalBookieClient:
     """``BookieClient``'s calls, served in this process by ``handler``'s bookie."""
 
-    def __init__(self, address: str, handler: BookieRequestHandler) -> None:
+    def __init__(
+        self, address: str, handler: BookieRequestHandler, config: ClientConfig | None = None
+    ) -> None:
+        """``config``: the ledger client's timeouts, which bound local calls as they bound
+        remote ones (a hung disk fails adds instead of holding them for ever)."""
+        config = config or ClientConfig()
         self.address = address
         self.handler = handler
+        self.timeout = config.read_entry_timeout_s
+        self.add_timeout = config.add_entry_timeout_s
         self._queue: list[_QueuedAdd] = []
         self._flush_scheduled = False
         self._adding: set[asyncio.Task[None]] = set()
+        self._storing: set[asyncio.Task[list[AddResult]]] = set()  # may outlive _adding
         self._closed = False
 
     async def connect(self) -> None:
         """Nothing to connect: present so the pool treats every client alike."""
 
     async def close(self) -> None:
-        """Refuse further calls; adds already handed to storage finish on their own."""
+        """Refuse further calls, fail what is queued, and wait for the adds handed to
+        storage (each ends, at the latest, at its timeout)."""
         self._closed = True
         error = BookieUnavailableError(f"client of {self.address} closed")
         queued, self._queue = self._queue, []
         for _, future in queued:
             if not future.done():
-                future.set_exception(error)
+                future.set_exception(copy.copy(error))
+        await asyncio.gather(*self._adding, return_exceptions=True)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -82,15 +94,27 @@ class LocalBookieClient:
 
     async def _add(self, batch: list[_QueuedAdd]) -> None:
         started = time.perf_counter()
-        results = await self.handler.add([op for op, _ in batch])
-        self.handler.answered(
-            (isinstance(r, EntryHeader) for r in results), time.perf_counter() - started
-        )
+        # Shielded: an add that outlives its timeout still finishes in storage (its journal
+        # record is on the way), as one sent to a remote bookie would.
+        work = asyncio.create_task(self.handler.add([op for op, _ in batch]))  # noqa: RUF006
+        self._storing.add(work)  # held here until done, even after a timeout
+        work.add_done_callback(self._storing.discard)
+        try:
+            async with asyncio.timeout(self.add_timeout):
+                results = await asyncio.shield(work)
+        except TimeoutError:
+            late = BookieTimeoutError(
+                f"bookie {self.address} did not store an add within {self.add_timeout}s"
+            )
+            results = [late] * len(batch)
+        else:
+            took = time.perf_counter() - started
+            self.handler.answered((isinstance(r, EntryHeader) for r in results), took)
         for (_, future), result in zip(batch, results, strict=True):
             if future.done():
                 continue
             if isinstance(result, BookieError):
-                future.set_exception(result)
+                future.set_exception(copy.copy(result))  # each caller its own traceback
             else:
                 future.set_result((result.ledger_id, result.entry_id))
 
@@ -107,8 +131,11 @@ class LocalBookieClient:
     ) -> ReadResult:
         """One entry (``-1``: the last one held), verified as a remote read is."""
         self._check_open()
+        # A long poll may legitimately take longer than an ordinary call.
+        within_s = max(self.timeout, long_poll_timeout_ms / 1000 + 5)
         entry, state = await self._counted(
             "read",
+            within_s,
             self.handler.read_entry(
                 ledger_id,
                 entry_id,
@@ -127,7 +154,7 @@ class LocalBookieClient:
         verified, and the bookie's LAC."""
         self._check_open()
         entries, state = await self._counted(
-            "read", self.handler.read_entries(ledger_id, entry_ids, max_bytes)
+            "read", self.timeout, self.handler.read_entries(ledger_id, entry_ids, max_bytes)
         )
         for entry in entries:
             verify_entry(entry)
@@ -135,21 +162,29 @@ class LocalBookieClient:
 
     async def read_lac(self, ledger_id: int) -> LacInfo:
         self._check_open()
-        state = await self._counted("read_lac", self.handler.ledger_state(ledger_id))
+        state = await self._counted("read_lac", self.timeout, self.handler.ledger_state(ledger_id))
         return LacInfo(state.lac, state.last_entry_id, state.fenced)
 
     async def write_lac(self, ledger_id: int, master_key: bytes, lac: int) -> None:
         self._check_open()
-        await self._counted("write_lac", self.handler.write_lac(ledger_id, master_key, lac))
+        await self._counted(
+            "write_lac", self.timeout, self.handler.write_lac(ledger_id, master_key, lac)
+        )
 
     async def get_info(self) -> pb.GetInfoResponse:
         self._check_open()
-        return await self._counted("get_info", self.handler.info())
+        return await self._counted("get_info", self.timeout, self.handler.info())
 
-    async def _counted(self, operation: str, work: Awaitable[T]) -> T:
-        """Await ``work``; failures are typed and counted as the gRPC service does."""
+    async def _counted(self, operation: str, within_s: float, work: Awaitable[T]) -> T:
+        """Await ``work`` for at most ``within_s``; failures are typed and counted as the
+        gRPC service does, and a call past its time fails as a remote one would."""
         try:
-            return await work
+            async with asyncio.timeout(within_s):
+                return await work
+        except TimeoutError:
+            raise BookieTimeoutError(
+                f"bookie {self.address} did not answer a {operation} within {within_s}s"
+            ) from None
         except BookieError as error:
             self.handler.count_error(operation, error)
             raise

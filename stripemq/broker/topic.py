@@ -532,9 +532,11 @@ class Subscription:
             if not read_any and not progressed and self._read_to_end_of_terminated_topic():
                 self._tell_end_of_topic()
             if not read_any and not progressed:
-                after = Position(
-                    self.cursor.read_position.ledger_id, self.cursor.read_position.entry_id - 1
-                )
+                # New entries are read from the first unacknowledged position on: acknowledged
+                # holes up to the tail are nothing to wait for (waiting "after" the read
+                # position would find them there and never wait).
+                start = self.cursor.state.first_unacked_from(self.cursor.read_position)
+                after = Position(start.ledger_id, start.entry_id - 1)
                 await self._wait_for_entries_or_wake(self.topic.ml, after)
             elif not progressed:
                 await self._wait_for_wake()
@@ -676,6 +678,10 @@ class Subscription:
         if not ml.has_entries_after(after) and not ml.closed:
             ml.wake_on_new_entry(self._wake.set)
             await self._wake.wait()
+        else:
+            # Something arrived since the read (or the ledger closed: the next read says
+            # so). Yield all the same: this loop must never keep the event loop to itself.
+            await asyncio.sleep(0)
         self._wake.clear()
 
 

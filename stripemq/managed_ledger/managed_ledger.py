@@ -658,7 +658,10 @@ class ManagedLedger:
     def _wake_waiters(self) -> None:
         wakers, self._wakers = self._wakers, set()
         for wake in wakers:
-            wake()
+            try:
+                wake()
+            except Exception:  # one listener's failure must not hold back the appends
+                log.exception("[%s] a new-entry listener failed", self.name)
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:
             if not waiter.done():

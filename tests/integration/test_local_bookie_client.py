@@ -17,12 +17,14 @@ import pulsar
 import pytest
 
 from stripemq.bookie.bookie_client import BookieClient
+from stripemq.bookie.client.config import ClientConfig
 from stripemq.bookie.config import BookieConfig
 from stripemq.bookie.handler import BookieRequestHandler
 from stripemq.bookie.local_client import LocalBookieClient
 from stripemq.bookie.metrics import BookieMetrics
 from stripemq.bookie.storage.engine import BookieStorage
 from stripemq.errors import (
+    BookieTimeoutError,
     BookieUnavailableError,
     DigestMismatchError,
     LedgerFencedError,
@@ -32,6 +34,7 @@ from stripemq.errors import (
 from stripemq.proto.entry import encode_entry
 from stripemq.standalone import Standalone
 from stripemq.testing.journal_gate import blocked_holding, installed_gate
+from stripemq.testing.polling import until
 from stripemq.testing.standalone import in_process_standalone
 
 pytestmark = pytest.mark.integration
@@ -119,6 +122,29 @@ async def test_failures_are_typed_and_counted(local: LocalBookieClient) -> None:
             if sample.name.endswith("_total"):
                 errors[sample.labels["operation"]] += int(sample.value)
     assert errors == {"read": 1, "add": 3}
+
+
+async def test_an_add_held_past_its_timeout_fails_and_still_completes_in_storage(
+    tmp_path: Path,
+) -> None:
+    config = BookieConfig(data_dir=str(tmp_path / "bookie"))
+    storage = BookieStorage(config)
+    await storage.start()
+    handler = BookieRequestHandler(storage, config, BookieMetrics(storage))
+    client = LocalBookieClient("127.0.0.1:3181", handler, ClientConfig(add_entry_timeout_s=0.2))
+    gate = installed_gate(storage.journal)
+    gate.close()  # a disk that does not answer
+    try:
+        held = client.add_entry(KEY, encode_entry(11, 0, -1, b"slow disk"))
+        with pytest.raises(BookieTimeoutError):
+            await asyncio.wait_for(held, 30)
+        with pytest.raises(BookieTimeoutError):
+            await asyncio.wait_for(client.add_entry(KEY, encode_entry(11, 1, 0, b"also held")), 30)
+    finally:
+        gate.open()
+    await until(lambda: storage.entries_added == 2, "the held adds reach the journal")
+    await client.close()
+    await storage.stop()
 
 
 async def test_a_closed_client_refuses_calls_and_fails_what_it_queued(

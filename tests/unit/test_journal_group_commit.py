@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from stripemq.bookie.storage.journal import JournalWriter, RecordType, encode_record
+from stripemq.errors import BookieError
 from stripemq.testing.journal_gate import SyncGate, blocked_holding
 from stripemq.testing.polling import until
 
@@ -101,3 +102,19 @@ async def test_closing_syncs_what_waits_for_company(tmp_path: Path) -> None:
     await journal.close()
     assert waiting.done() and waiting.result().offset > 0
     await until(lambda: journal.fsync_count == 1, "the closing sync was counted")
+
+
+async def test_abort_fails_the_group_whose_sync_is_on_the_disk(
+    gate_and_journal: tuple[SyncGate, JournalWriter],
+) -> None:
+    gate, journal = gate_and_journal
+    gate.close()
+    syncing = journal.append(record(0))
+    await blocked_holding(gate, journal, record(0))
+    queued = journal.append(record(1))
+    aborting = asyncio.ensure_future(journal.abort())
+    await until(lambda: syncing.done() and queued.done(), "abort fails every waiter")
+    gate.open()  # the sync thread may finish now; nobody is told the record is durable
+    await aborting
+    assert isinstance(syncing.exception(), BookieError)
+    assert isinstance(queued.exception(), BookieError)

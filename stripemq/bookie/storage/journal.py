@@ -177,6 +177,7 @@ class JournalWriter:
         self.fsync_count = 0
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="journal")
         self._group = _Group()
+        self._in_flight: _Group | None = None  # being written and synced
         self._wakeup = asyncio.Event()
         self._full = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -186,6 +187,7 @@ class JournalWriter:
         self._written = LogMark(0, 0)
         self._roll_next = False
         self._closing = False
+        self._stopped = False  # closed or aborted: the writer thread is gone
 
     @property
     def written_mark(self) -> LogMark:
@@ -215,7 +217,10 @@ class JournalWriter:
         return waiter
 
     async def close(self) -> None:
-        """Write out what is queued, then stop the writer thread."""
+        """Write out what is queued, then stop the writer thread (nothing to do after
+        ``abort``)."""
+        if self._stopped:
+            return
         self._closing = True
         self._wakeup.set()
         self._full.set()
@@ -223,20 +228,26 @@ class JournalWriter:
             await self._task
         await asyncio.get_running_loop().run_in_executor(self._io, self._close_fd)
         self._io.shutdown(wait=True)
+        self._stopped = True
 
     async def abort(self) -> None:
-        """Stop without writing what is queued (a simulated or fatal crash)."""
+        """Stop without writing what is queued (a simulated or fatal crash); waiters of
+        the group being synced fail too, whatever the disk does next."""
+        if self._stopped:
+            return
         self._closing = True
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         error = BookieError("journal aborted")
-        for waiter in self._group.waiters:
-            if not waiter.done():
-                waiter.set_exception(error)
-        self._group = _Group()
+        for group in (self._in_flight, self._group):
+            for waiter in group.waiters if group is not None else ():
+                if not waiter.done():
+                    waiter.set_exception(error)
+        self._group, self._in_flight = _Group(), None
         await asyncio.get_running_loop().run_in_executor(self._io, self._close_fd)
         self._io.shutdown(wait=True)
+        self._stopped = True
 
     def delete_before(self, journal_id: int) -> list[int]:
         """Remove journal files older than ``journal_id`` (covered by a checkpoint)."""
@@ -275,9 +286,11 @@ class JournalWriter:
             self._group = _Group()
             self._full.clear()
             buf = b"".join(group.chunks)
+            self._in_flight = group
             try:
                 mark = await loop.run_in_executor(self._io, self._write_and_sync, buf)
             except Exception as exc:
+                self._in_flight = None
                 if not isinstance(exc, BookieError):
                     log.exception("unexpected journal failure")
                     exc = BookieError(f"journal failure: {exc}")
@@ -285,6 +298,8 @@ class JournalWriter:
                     if not waiter.done():
                         waiter.set_exception(exc)
                 continue
+            # (Cancelled by abort(), the group stays in flight: abort fails its waiters.)
+            self._in_flight = None
             for waiter in group.waiters:
                 if not waiter.done():
                     waiter.set_result(mark)
