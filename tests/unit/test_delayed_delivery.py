@@ -3,8 +3,8 @@ subscription's timer on an in-memory ledger."""
 
 from __future__ import annotations
 
-import asyncio
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -264,25 +264,28 @@ class MemoryLedger:
     def __init__(self) -> None:
         self.chain = LedgerChain([LedgerInfo(1)])
         self.data: list[bytes] = []
-        self._appended = asyncio.Event()
+        self._wakers: set[Callable[[], None]] = set()
         self.terminated_position: Position | None = None  # never terminated
+        self.closed = False
 
     def append(self, entry: bytes) -> None:
         self.data.append(entry)
         info = self.chain.get(1)
         assert info is not None
         info.entries += 1
-        self._appended.set()
+        wakers, self._wakers = self._wakers, set()
+        for wake in wakers:
+            wake()
 
     async def read_entries(self, start: Position, max_entries: int) -> list[Entry]:
         first = max(start.entry_id, 0)
         return [Entry(p(i), self.data[i]) for i in range(first, len(self.data))][:max_entries]
 
-    async def wait_for_entries(self, after: Position) -> bool:
-        while after.entry_id + 1 >= len(self.data):
-            self._appended.clear()
-            await self._appended.wait()
-        return True
+    def has_entries_after(self, after: Position) -> bool:
+        return after.entry_id + 1 < len(self.data)
+
+    def wake_on_new_entry(self, wake: Callable[[], None]) -> None:
+        self._wakers.add(wake)
 
 
 @dataclass
