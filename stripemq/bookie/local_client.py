@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import logging
 import time
 from collections.abc import Awaitable
@@ -46,8 +47,7 @@ class LocalBookieClient:
         self.add_timeout = config.add_entry_timeout_s
         self._queue: list[_QueuedAdd] = []
         self._flush_scheduled = False
-        self._adding: set[asyncio.Task[None]] = set()
-        self._storing: set[asyncio.Task[list[AddResult]]] = set()  # may outlive _adding
+        self._storing: set[asyncio.Task[list[AddResult]]] = set()  # batches in storage
         self._closed = False
 
     async def connect(self) -> None:
@@ -62,7 +62,8 @@ class LocalBookieClient:
         for _, future in queued:
             if not future.done():
                 future.set_exception(copy.copy(error))
-        await asyncio.gather(*self._adding, return_exceptions=True)
+        if self._storing:  # each answers its callers by its timeout at the latest
+            await asyncio.wait(set(self._storing), timeout=self.add_timeout)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -84,35 +85,46 @@ class LocalBookieClient:
         return future
 
     def _flush(self) -> None:
+        """Hand one loop turn's adds to storage as one batch, timed against the add
+        timeout. A batch past its timeout fails its callers but still finishes in storage
+        (its journal record is on the way), as one sent to a remote bookie would."""
         self._flush_scheduled = False
         batch, self._queue = self._queue, []
         if not batch:
             return
-        task = asyncio.create_task(self._add(batch), name=f"local-add-{self.address}")
-        self._adding.add(task)
-        task.add_done_callback(self._adding.discard)
-
-    async def _add(self, batch: list[_QueuedAdd]) -> None:
-        started = time.perf_counter()
-        # Shielded: an add that outlives its timeout still finishes in storage (its journal
-        # record is on the way), as one sent to a remote bookie would.
-        work = asyncio.create_task(self.handler.add([op for op, _ in batch]))  # noqa: RUF006
-        self._storing.add(work)  # held here until done, even after a timeout
+        loop = asyncio.get_running_loop()
+        # Held in _storing until done (ruff does not see it).
+        work = loop.create_task(self.handler.add([op for op, _ in batch]))  # noqa: RUF006
+        self._storing.add(work)
         work.add_done_callback(self._storing.discard)
-        try:
-            async with asyncio.timeout(self.add_timeout):
-                results = await asyncio.shield(work)
-        except TimeoutError:
-            late = BookieTimeoutError(
-                f"bookie {self.address} did not store an add within {self.add_timeout}s"
-            )
-            results = [late] * len(batch)
+        late = loop.call_later(self.add_timeout, self._time_out, batch)
+        work.add_done_callback(functools.partial(self._stored, batch, late, time.perf_counter()))
+
+    def _time_out(self, batch: list[_QueuedAdd]) -> None:
+        late = BookieTimeoutError(
+            f"bookie {self.address} did not store an add within {self.add_timeout}s"
+        )
+        for _, future in batch:
+            if not future.done():
+                future.set_exception(copy.copy(late))
+
+    def _stored(
+        self,
+        batch: list[_QueuedAdd],
+        late: asyncio.TimerHandle,
+        started: float,
+        work: asyncio.Task[list[AddResult]],
+    ) -> None:
+        late.cancel()
+        if work.cancelled():
+            results: list[AddResult] = [BookieUnavailableError("add cancelled")] * len(batch)
         else:
+            results = work.result()  # the handler answers every op, never raises
             took = time.perf_counter() - started
             self.handler.answered((isinstance(r, EntryHeader) for r in results), took)
         for (_, future), result in zip(batch, results, strict=True):
             if future.done():
-                continue
+                continue  # timed out (or the caller gave up)
             if isinstance(result, BookieError):
                 future.set_exception(copy.copy(result))  # each caller its own traceback
             else:

@@ -9,6 +9,7 @@ waits for company until the wait ends or enough bytes are queued.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -39,14 +40,25 @@ async def opened(directory: Path, **options: object) -> JournalWriter:
     return journal
 
 
-@pytest.fixture
-async def gate_and_journal(tmp_path: Path) -> AsyncIterator[tuple[SyncGate, JournalWriter]]:
-    journal = await opened(tmp_path / "journal")
+@contextlib.asynccontextmanager
+async def gated(
+    directory: Path, **options: object
+) -> AsyncIterator[tuple[SyncGate, JournalWriter]]:
+    """An open journal whose syncs pass a gate (open to start with); closed on the way out."""
+    journal = await opened(directory, **options)
     gate = SyncGate(journal.sync_file)
     journal.sync_file = gate
-    yield gate, journal
-    gate.open()
-    await journal.close()
+    try:
+        yield gate, journal
+    finally:
+        gate.open()
+        await journal.close()
+
+
+@pytest.fixture
+async def gate_and_journal(tmp_path: Path) -> AsyncIterator[tuple[SyncGate, JournalWriter]]:
+    async with gated(tmp_path / "journal") as opened_journal:
+        yield opened_journal
 
 
 async def test_an_idle_journal_syncs_a_record_without_waiting_for_company(
@@ -79,12 +91,9 @@ async def test_without_flush_when_queue_empty_a_group_waits_for_enough_bytes(
     tmp_path: Path,
 ) -> None:
     threshold = 3 * len(record(0))
-    journal = await opened(
-        tmp_path / "journal", flush_when_queue_empty=False, buffered_writes_threshold=threshold
-    )
-    gate = SyncGate(journal.sync_file)
-    journal.sync_file = gate
-    try:
+    directory = tmp_path / "journal"
+    options = {"flush_when_queue_empty": False, "buffered_writes_threshold": threshold}
+    async with gated(directory, **options) as (gate, journal):
         waiting = [journal.append(record(0)), journal.append(record(1))]
         for _ in range(20):
             await asyncio.sleep(0)
@@ -92,8 +101,6 @@ async def test_without_flush_when_queue_empty_a_group_waits_for_enough_bytes(
         waiting.append(journal.append(record(2)))  # the group reaches the threshold
         marks = await asyncio.wait_for(asyncio.gather(*waiting), 30)
         assert gate.syncs_returned == 1 and len(set(marks)) == 1
-    finally:
-        await journal.close()
 
 
 async def test_closing_syncs_what_waits_for_company(tmp_path: Path) -> None:
