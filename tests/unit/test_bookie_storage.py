@@ -549,14 +549,25 @@ async def test_unreadable_index_header_leaves_the_rest_served(tmp_path: Path) ->
 # ------------------------------------------------------------------------- group commit
 
 
-async def test_group_commit_covers_many_adds_with_one_fsync(storage: BookieStorage) -> None:
+async def test_group_commit_covers_many_adds_with_one_fsync(tmp_path: Path) -> None:
+    """Concurrent adds share fsyncs. The group waits for company (BookKeeper's default) so
+    the count does not depend on how fast this machine's disk is; the flush-when-empty
+    grouping is driven step by step in test_journal_group_commit.py."""
     import asyncio
 
-    before = storage.journal.fsync_count
-    batches = [[entry(21, b * 10 + i) for i in range(10)] for b in range(50)]
-    await asyncio.gather(*(add_ok(storage, *batch) for batch in batches))
-    fsyncs = storage.journal.fsync_count - before
-    assert 1 <= fsyncs < 10, f"500 concurrent adds took {fsyncs} fsyncs"
+    config = make_config(
+        tmp_path, journal_flush_when_queue_empty=False, journal_max_group_wait_ms=500.0
+    )
+    storage = BookieStorage(config)
+    await storage.start()
+    try:
+        before = storage.journal.fsync_count
+        batches = [[entry(21, b * 10 + i) for i in range(10)] for b in range(50)]
+        await asyncio.gather(*(add_ok(storage, *batch) for batch in batches))
+        fsyncs = storage.journal.fsync_count - before
+        assert 1 <= fsyncs < len(batches) // 5, f"500 concurrent adds took {fsyncs} fsyncs"
+    finally:
+        await storage.stop()
 
 
 async def test_journal_sync_data_false_skips_fsync(tmp_path: Path) -> None:
