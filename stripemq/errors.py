@@ -189,6 +189,12 @@ class ReadError(BookieError):
     """No replica could serve an entry, or the entry lies past what the reader may see."""
 
 
+@bookie_code(-16, "INVALID_ARGUMENT")  # ProtocolVersionException
+class BookieProtocolError(BookieError):
+    """Bytes on the bookie's binary add protocol that are not a frame it knows: a bad
+    version, an unknown opcode, a frame too short for its fields or too large."""
+
+
 @bookie_code(-6, "UNAVAILABLE")  # NotEnoughBookiesException
 class NotEnoughBookiesError(BookieError):
     """Placement found fewer writable bookies than the ensemble (or a replacement) needs."""

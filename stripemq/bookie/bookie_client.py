@@ -1,9 +1,10 @@
-"""``BookieClient``: one gRPC connection to one bookie, with pipelined, batched adds.
+"""``BookieClient``: one client of one bookie, with pipelined, batched adds.
 
-Adds queued while a request is being sent travel together in the next ``AddRequest``, so a
-busy writer sends few large messages and an idle one sends each add at once. Results come
-back in any order and resolve the matching futures. The ledger client (replication, striping)
-is built on this.
+Adds travel over the bookie's binary add protocol (``stripemq.proto.bookie_binary``) when it
+offers one, else over the gRPC add stream; reads and every other call are gRPC. Adds queued
+while a batch is being sent travel together in the next one, so a busy writer sends few large
+writes and an idle one sends each add at once. Results come back in any order and resolve
+the matching futures. The ledger client (replication, striping) is built on this.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import itertools
 import logging
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -19,12 +21,14 @@ import grpc
 
 from stripemq.errors import (
     BookieError,
+    BookieProtocolError,
     BookieTimeoutError,
     BookieUnavailableError,
     error_for_bk_code,
 )
 from stripemq.proto import bookie_pb2 as pb
 from stripemq.proto import bookie_pb2_grpc as pb_grpc
+from stripemq.proto.bookie_binary import AddResultFrame, FrameDecoder, encode_add
 from stripemq.proto.entry import verify_entry
 
 log = logging.getLogger(__name__)
@@ -96,18 +100,174 @@ def _error_from_rpc(exc: grpc.aio.AioRpcError, address: str) -> BookieError:
     return BookieUnavailableError(f"bookie {address}: {exc.code().name}: {exc.details()}")
 
 
+@dataclass(frozen=True, slots=True)
+class _QueuedAdd:
+    request_id: int
+    master_key: bytes
+    entry: bytes
+    recovery_add: bool
+
+
 @dataclass(eq=False)
 class _PendingAdd:
     future: asyncio.Future[tuple[int, int]]
     deadline: float
-    stream: grpc.aio.StreamStreamCall | None = None  # set once sent
+    channel: _AddChannel | None = None  # set once sent
+
+
+ResultCallback = Callable[[int, "tuple[int, int] | BookieError"], None]
+LostCallback = Callable[["_AddChannel", BookieError], None]
+
+
+class _AddChannel:
+    """Carries adds to the bookie and their results back: the gRPC add stream or a
+    connection speaking the binary add protocol."""
+
+    def usable(self) -> bool:
+        raise NotImplementedError
+
+    async def send(self, batch: list[_QueuedAdd]) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class _GrpcAddChannel(_AddChannel):
+    def __init__(
+        self,
+        stub: pb_grpc.BookieStub,
+        address: str,
+        on_result: ResultCallback,
+        on_lost: LostCallback,
+    ) -> None:
+        self.address = address
+        self.stream: grpc.aio.StreamStreamCall[pb.AddRequest, pb.AddResponse] = stub.AddEntry()
+        self._on_result = on_result
+        self._on_lost = on_lost
+        self._receiver = asyncio.create_task(self._receive_loop())
+
+    def usable(self) -> bool:
+        return not self.stream.done()
+
+    async def send(self, batch: list[_QueuedAdd]) -> None:
+        ops = [
+            pb.AddEntryOp(
+                request_id=add.request_id,
+                master_key=add.master_key,
+                entry=add.entry,
+                recovery_add=add.recovery_add,
+            )
+            for add in batch
+        ]
+        await self.stream.write(pb.AddRequest(ops=ops))
+
+    def close(self) -> None:
+        self._receiver.cancel()
+
+    async def _receive_loop(self) -> None:
+        try:
+            while True:
+                response = await self.stream.read()
+                if not isinstance(response, pb.AddResponse):  # grpc.aio.EOF: the stream ended
+                    break
+                for result in response.results:
+                    if result.code == 0:
+                        self._on_result(result.request_id, (result.ledger_id, result.entry_id))
+                    else:
+                        error = error_for_bk_code(result.code, result.message)
+                        self._on_result(result.request_id, error)
+            error = BookieUnavailableError(f"bookie {self.address} closed the add stream")
+        except grpc.aio.AioRpcError as exc:
+            error = BookieUnavailableError(f"bookie {self.address}: {exc.code().name}")
+        except asyncio.CancelledError:
+            return
+        self._on_lost(self, error)
+
+
+class _BinaryAddChannel(_AddChannel, asyncio.Protocol):
+    """A TCP connection speaking ``stripemq.proto.bookie_binary``."""
+
+    def __init__(self, address: str, on_result: ResultCallback, on_lost: LostCallback) -> None:
+        self.address = address
+        self._on_result = on_result
+        self._on_lost = on_lost
+        self._decoder = FrameDecoder()
+        self._transport: asyncio.Transport | None = None
+        self._writable = asyncio.Event()
+        self._writable.set()
+
+    @classmethod
+    async def open(
+        cls, address: str, port: int, on_result: ResultCallback, on_lost: LostCallback
+    ) -> _BinaryAddChannel:
+        host = address.rpartition(":")[0].strip("[]")
+        loop = asyncio.get_running_loop()
+        _, channel = await loop.create_connection(
+            lambda: cls(address, on_result, on_lost), host, port
+        )
+        return channel
+
+    def usable(self) -> bool:
+        return self._transport is not None and not self._transport.is_closing()
+
+    async def send(self, batch: list[_QueuedAdd]) -> None:
+        if self._transport is None or self._transport.is_closing():
+            raise BookieUnavailableError(f"binary add connection to {self.address} is closed")
+        self._transport.write(
+            b"".join(
+                encode_add(add.request_id, add.master_key, add.entry, add.recovery_add)
+                for add in batch
+            )
+        )
+        await self._writable.wait()  # the bookie reads slower than we write: wait for it
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
+    # asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self._decoder.feed(data)
+        except BookieProtocolError as exc:
+            log.warning("bookie %s sent bytes that are not frames: %s", self.address, exc)
+            self.close()
+            return
+        for frame in frames:
+            if not isinstance(frame, AddResultFrame):
+                continue
+            if frame.code == 0:
+                self._on_result(frame.request_id, (frame.ledger_id, frame.entry_id))
+            else:
+                self._on_result(frame.request_id, error_for_bk_code(frame.code, frame.message))
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+        self._writable.set()
+        reason = f": {exc}" if exc else ""
+        self._on_lost(
+            self, BookieUnavailableError(f"bookie {self.address} closed the add connection{reason}")
+        )
 
 
 class BookieClient:
     """Async client of one bookie. Create, ``await connect()``, use, ``await close()``.
 
-    Every add ends: with its result, with the bookie's typed error, with
-    ``BookieUnavailableError`` when the stream it was sent on breaks, or with
+    Adds go over the bookie's binary add protocol when ``use_binary_adds`` is set and the
+    bookie offers it (its port comes from ``GetInfo``), else over the gRPC add stream; every
+    other call is gRPC. Every add ends: with its result, with the bookie's typed error, with
+    ``BookieUnavailableError`` when the connection it was sent on breaks, or with
     ``BookieTimeoutError`` after ``add_timeout`` seconds without an answer.
     """
 
@@ -119,22 +279,23 @@ class BookieClient:
         max_batch_entries: int = 1000,
         timeout: float = 30.0,
         add_timeout: float = 30.0,
+        use_binary_adds: bool = True,
     ) -> None:
         self.address = address
         self.max_batch_bytes = max_batch_bytes
         self.max_batch_entries = max_batch_entries
         self.timeout = timeout
         self.add_timeout = add_timeout
+        self.use_binary_adds = use_binary_adds
         self._channel: grpc.aio.Channel | None = None
         self._stub: pb_grpc.BookieStub | None = None
         self._ids = itertools.count(1)
-        self._queue: deque[tuple[pb.AddEntryOp, int]] = deque()
+        self._queue: deque[_QueuedAdd] = deque()
         self._pending: dict[int, _PendingAdd] = {}
         self._wakeup = asyncio.Event()
-        self._stream: grpc.aio.StreamStreamCall | None = None
+        self._add_channel: _AddChannel | None = None
         self._sender: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None
-        self._receivers: set[asyncio.Task[None]] = set()
         self._closed = False
 
     async def connect(self) -> None:
@@ -145,9 +306,11 @@ class BookieClient:
         self._closed = True
         self._queue.clear()
         self._fail(list(self._pending), BookieUnavailableError(f"client of {self.address} closed"))
-        for task in (self._sender, self._sweeper, *self._receivers):
+        for task in (self._sender, self._sweeper):
             if task is not None:
                 task.cancel()
+        if self._add_channel is not None:
+            self._add_channel.close()
         if self._channel is not None:
             await self._channel.close()
 
@@ -163,10 +326,7 @@ class BookieClient:
         request_id = next(self._ids)
         future: asyncio.Future[tuple[int, int]] = loop.create_future()
         self._pending[request_id] = _PendingAdd(future, loop.time() + self.add_timeout)
-        op = pb.AddEntryOp(
-            request_id=request_id, master_key=master_key, entry=entry, recovery_add=recovery_add
-        )
-        self._queue.append((op, len(entry)))
+        self._queue.append(_QueuedAdd(request_id, master_key, entry, recovery_add))
         self._wakeup.set()
         if self._sender is None or self._sender.done():
             self._sender = asyncio.create_task(self._send_loop())
@@ -174,17 +334,17 @@ class BookieClient:
             self._sweeper = asyncio.create_task(self._sweep_timeouts())
         return future
 
-    def _next_batch(self) -> list[pb.AddEntryOp]:
-        batch: list[pb.AddEntryOp] = []
+    def _next_batch(self) -> list[_QueuedAdd]:
+        batch: list[_QueuedAdd] = []
         size = 0
         while self._queue and len(batch) < self.max_batch_entries:
-            op, op_size = self._queue[0]
-            if batch and size + op_size > self.max_batch_bytes:
+            add = self._queue[0]
+            if batch and size + len(add.entry) > self.max_batch_bytes:
                 break
             self._queue.popleft()
-            if op.request_id in self._pending:  # skip adds that already timed out
-                batch.append(op)
-                size += op_size
+            if add.request_id in self._pending:  # skip adds that already timed out
+                batch.append(add)
+                size += len(add.entry)
         return batch
 
     async def _send_loop(self) -> None:
@@ -197,49 +357,56 @@ class BookieClient:
             if not batch:
                 continue
             try:
-                stream = self._stream
-                if stream is None or stream.done():
-                    stream = self._open_stream()
-                for op in batch:
-                    self._pending[op.request_id].stream = stream
-                await stream.write(pb.AddRequest(ops=batch))
-            except Exception as exc:  # a broken stream, or anything else: fail this batch
-                self._stream = None
-                error = BookieUnavailableError(f"bookie {self.address}: add stream broke: {exc}")
-                self._fail([op.request_id for op in batch], error)
+                channel = self._add_channel
+                if channel is None or not channel.usable():
+                    channel = await self._open_add_channel()
+                for add in batch:
+                    pending = self._pending.get(add.request_id)
+                    if pending is not None:
+                        pending.channel = channel
+                await channel.send(batch)
+            except Exception as exc:  # a broken channel, or anything else: fail this batch
+                error = (
+                    exc
+                    if isinstance(exc, BookieUnavailableError)
+                    else BookieUnavailableError(f"bookie {self.address}: adds failed: {exc}")
+                )
+                self._drop_add_channel(error)
+                self._fail([add.request_id for add in batch], error)
 
-    def _open_stream(self) -> grpc.aio.StreamStreamCall:
+    async def _open_add_channel(self) -> _AddChannel:
+        """The binary connection if the bookie offers one, else a gRPC add stream."""
         assert self._stub is not None
-        stream = self._stub.AddEntry()
-        self._stream = stream
-        receiver = asyncio.create_task(self._receive_loop(stream))
-        self._receivers.add(receiver)
-        receiver.add_done_callback(self._receivers.discard)
-        return stream
+        self._drop_add_channel(BookieUnavailableError(f"bookie {self.address}: adds broke"))
+        channel: _AddChannel
+        port = (await self.get_info()).binary_add_port if self.use_binary_adds else 0
+        if port:
+            try:
+                channel = await asyncio.wait_for(
+                    _BinaryAddChannel.open(self.address, port, self._resolve, self._channel_lost),
+                    self.timeout,
+                )
+            except (OSError, TimeoutError) as exc:
+                raise BookieUnavailableError(
+                    f"bookie {self.address}: binary add port {port}: {exc}"
+                ) from None
+        else:
+            channel = _GrpcAddChannel(self._stub, self.address, self._resolve, self._channel_lost)
+        self._add_channel = channel
+        return channel
 
-    async def _receive_loop(
-        self, stream: grpc.aio.StreamStreamCall[pb.AddRequest, pb.AddResponse]
-    ) -> None:
-        try:
-            while True:
-                response = await stream.read()
-                if not isinstance(response, pb.AddResponse):  # grpc.aio.EOF: the stream ended
-                    break
-                for result in response.results:
-                    if result.code == 0:
-                        self._resolve(result.request_id, (result.ledger_id, result.entry_id))
-                    else:
-                        error = error_for_bk_code(result.code, result.message)
-                        self._resolve(result.request_id, error)
-            error = BookieUnavailableError(f"bookie {self.address} closed the add stream")
-        except grpc.aio.AioRpcError as exc:
-            error = BookieUnavailableError(f"bookie {self.address}: {exc.code().name}")
-        except asyncio.CancelledError:
-            return
-        if self._stream is stream:
-            self._stream = None
-        # Adds sent on this stream will never be answered now; queued ones go on a new one.
-        self._fail([r for r, p in self._pending.items() if p.stream is stream], error)
+    def _drop_add_channel(self, error: BookieError) -> None:
+        """Close the add channel; adds it carried that are still unanswered fail."""
+        channel, self._add_channel = self._add_channel, None
+        if channel is not None:
+            channel.close()
+            self._channel_lost(channel, error)
+
+    def _channel_lost(self, channel: _AddChannel, error: BookieError) -> None:
+        if self._add_channel is channel:
+            self._add_channel = None
+        # Adds sent on this channel will never be answered now; queued ones go on a new one.
+        self._fail([r for r, p in self._pending.items() if p.channel is channel], error)
 
     async def _sweep_timeouts(self) -> None:
         loop = asyncio.get_running_loop()

@@ -26,6 +26,12 @@ class BookieConfig:
         "127.0.0.1", "Address the bookie listens on (gRPC and metrics).", option="--host"
     )
     bookie_port: int = setting(3181, "gRPC port.", pulsar_name="bookiePort", option="--port")
+    binary_add_port: int = setting(
+        0,
+        "Port of the binary add protocol, the lean write path brokers use instead of the gRPC "
+        "add stream (see useV2WireProtocol). 0 picks a free port; clients learn it from "
+        "GetInfo. -1 turns it off: adds then go over gRPC only.",
+    )
     advertised_address: str | None = setting(
         None,
         "Address other processes use to reach this bookie, its id in the metadata: host:port, "
@@ -219,6 +225,8 @@ class BookieConfig:
             raise ConfigError("zk_timeout_ms must be positive")
         if not 0 <= self.bookie_port <= 65535:
             raise ConfigError(f"bookie_port out of range: {self.bookie_port}")
+        if not -1 <= self.binary_add_port <= 65535:
+            raise ConfigError(f"binary_add_port out of range: {self.binary_add_port}")
 
     @property
     def bookie_id(self) -> str:

@@ -120,6 +120,7 @@ class BookieRequestHandler:
             entries_added=self.storage.entries_added,
             memtable_bytes=self.storage.memtable.size_bytes,
             rack=self.config.rack or "",
+            binary_add_port=max(0, self.config.binary_add_port),
         )
 
     def count_error(self, operation: str, error: BookieError) -> None:

@@ -17,6 +17,7 @@ from typing import TypeVar
 import grpc
 
 from stripemq.bookie.autorecovery import AutoRecoveryConfig, AutoRecoveryService
+from stripemq.bookie.binary_server import BinaryAddServer
 from stripemq.bookie.client.ledger_manager import LedgerManager
 from stripemq.bookie.config import BookieConfig
 from stripemq.bookie.cookie import check_cookies, cookies_apply
@@ -201,6 +202,7 @@ class BookieServer:
         self.serve_http = serve_http
         self._shared_store = store
         self._server: grpc.aio.Server | None = None
+        self.binary_server: BinaryAddServer | None = None
         self.registration: BookieRegistration | None = None
         self._monitor: asyncio.Task[None] | None = None
         self.autorecovery: AutoRecoveryService | None = None
@@ -240,6 +242,17 @@ class BookieServer:
         self.config.bookie_port = port
         await server.start()
         self._server = server
+        if self.config.binary_add_port >= 0:
+            self.binary_server = BinaryAddServer(self.handler)
+            try:
+                self.config.binary_add_port = await self.binary_server.start(
+                    self.config.bookie_host, self.config.binary_add_port
+                )
+            except OSError as exc:
+                raise OSError(
+                    f"cannot listen on {self.config.bookie_host}:"
+                    f"{self.config.binary_add_port} (binary_add_port): {exc}"
+                ) from None
         if self.config.enable_statistics and self.serve_http:
             port = await self.metrics.serve(self.config.bookie_host, self.config.stats_http_port)
             log.info("bookie metrics on http://%s:%d/metrics", self.config.bookie_host, port)
@@ -291,6 +304,8 @@ class BookieServer:
             steps.append(("garbage collector", self.gc.stop))
         if self.registration is not None:
             steps.append(("registration", self.registration.stop))
+        if self.binary_server is not None:
+            steps.append(("binary add server", self.binary_server.close))
         if self._server is not None:
             server = self._server
             steps.append(("gRPC server", lambda: server.stop(grace)))

@@ -115,7 +115,11 @@ class BrokerApp:
                 )
                 await self.store.start()
             self.store.add_session_listener(self._on_session_event)
-            self.bk = BookKeeper(self.store, local_bookies=self._local_bookies)
+            self.bk = BookKeeper(
+                self.store,
+                self.config.bookkeeper_client_config(),
+                local_bookies=self._local_bookies,
+            )
             await self.bk.start()
             self.server = BrokerServer(
                 self.store,

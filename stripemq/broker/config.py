@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stripemq.bookie.client.config import ClientConfig
 from stripemq.broker.delayed_delivery import DEFAULT_TICK_MS
 from stripemq.broker.policies import BacklogQuotaPolicy
 from stripemq.config import setting
@@ -150,6 +151,12 @@ class BrokerConfig:
         2,
         "Bookies that must confirm an entry before it is acknowledged (Qa; standalone: 1).",
         pulsar_name="managedLedgerDefaultAckQuorum",
+    )
+    bookkeeper_use_v2_wire_protocol: bool = setting(
+        True,
+        "Write to bookies over their binary add protocol rather than the gRPC add stream "
+        "(the ledger client's useV2WireProtocol).",
+        pulsar_name="bookkeeperUseV2WireProtocol",
     )
     managed_ledger_max_entries_per_ledger: int = setting(
         50_000,
@@ -325,6 +332,9 @@ class BrokerConfig:
         for name in ("backlog_quota_default_limit_bytes", "backlog_quota_default_limit_second"):
             if getattr(self, name) < -1:
                 raise ConfigError(f"{name} must be >= -1 (-1: no limit)")
+
+    def bookkeeper_client_config(self) -> ClientConfig:
+        return ClientConfig(use_v2_wire_protocol=self.bookkeeper_use_v2_wire_protocol)
 
     def delayed_delivery_config(self) -> DelayedDeliveryConfig:
         return DelayedDeliveryConfig(

@@ -121,7 +121,7 @@ class GetInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetInfoResponse(_message.Message):
-    __slots__ = ("bookie_id", "read_only", "total_disk_bytes", "free_disk_bytes", "journal_fsyncs", "entries_added", "memtable_bytes", "rack")
+    __slots__ = ("bookie_id", "read_only", "total_disk_bytes", "free_disk_bytes", "journal_fsyncs", "entries_added", "memtable_bytes", "rack", "binary_add_port")
     BOOKIE_ID_FIELD_NUMBER: _ClassVar[int]
     READ_ONLY_FIELD_NUMBER: _ClassVar[int]
     TOTAL_DISK_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -130,6 +130,7 @@ class GetInfoResponse(_message.Message):
     ENTRIES_ADDED_FIELD_NUMBER: _ClassVar[int]
     MEMTABLE_BYTES_FIELD_NUMBER: _ClassVar[int]
     RACK_FIELD_NUMBER: _ClassVar[int]
+    BINARY_ADD_PORT_FIELD_NUMBER: _ClassVar[int]
     bookie_id: str
     read_only: bool
     total_disk_bytes: int
@@ -138,4 +139,5 @@ class GetInfoResponse(_message.Message):
     entries_added: int
     memtable_bytes: int
     rack: str
-    def __init__(self, bookie_id: _Optional[str] = ..., read_only: _Optional[bool] = ..., total_disk_bytes: _Optional[int] = ..., free_disk_bytes: _Optional[int] = ..., journal_fsyncs: _Optional[int] = ..., entries_added: _Optional[int] = ..., memtable_bytes: _Optional[int] = ..., rack: _Optional[str] = ...) -> None: ...
+    binary_add_port: int
+    def __init__(self, bookie_id: _Optional[str] = ..., read_only: _Optional[bool] = ..., total_disk_bytes: _Optional[int] = ..., free_disk_bytes: _Optional[int] = ..., journal_fsyncs: _Optional[int] = ..., entries_added: _Optional[int] = ..., memtable_bytes: _Optional[int] = ..., rack: _Optional[str] = ..., binary_add_port: _Optional[int] = ...) -> None: ...

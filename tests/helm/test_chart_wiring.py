@@ -49,7 +49,7 @@ Doc = dict[str, Any]
 # new one is classified (a listening port the pod must declare, or not).
 LISTEN_PORTS: dict[str, tuple[str, ...]] = {
     "broker": ("broker_service_port", "web_service_port"),
-    "bookie": ("bookie_port", "stats_http_port"),
+    "bookie": ("bookie_port", "binary_add_port", "stats_http_port"),
     "autorecovery": ("stats_http_port",),
     "zookeeper": ("client_port", "peer_port", "leader_election_port", "stats_http_port"),
 }

@@ -7,6 +7,7 @@ bookies are SIGKILLed or stopped mid-stream and every bookie's own store is read
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 from collections.abc import AsyncIterator
@@ -179,10 +180,13 @@ async def test_a_hung_bookie_is_asked_last_after_one_failed_batch(
         cluster.kill_all()
 
 
+@pytest.mark.parametrize("binary_adds", [True, False], ids=["binary-adds", "grpc-adds"])
 async def test_sigkill_mid_stream_changes_ensemble_and_loses_nothing(
-    metadata_url: str, bk: BookKeeper, tmp_path: Path
+    metadata_url: str, store: MetadataStore, tmp_path: Path, binary_adds: bool
 ) -> None:
     cluster = await cluster_of(metadata_url, tmp_path, 4)
+    bk = BookKeeper(store, dataclasses.replace(FAST, use_v2_wire_protocol=binary_adds))
+    await bk.start()
     try:
         handle = await bk.create_ledger(3, 2, 2)
         victim = cluster.by_address(handle.ensemble[1])
@@ -215,6 +219,7 @@ async def test_sigkill_mid_stream_changes_ensemble_and_loses_nothing(
             on_it = {e for e in range(start, 10_000) if address in metadata.write_set_bookies(e)}
             assert on_it <= set(held)
     finally:
+        await bk.close()
         cluster.kill_all()
 
 

@@ -56,11 +56,21 @@ def test_an_advertised_host_alone_gets_the_bookie_port() -> None:
         ({"journal_sync_data": "maybe"}, "not a boolean"),
         ({"disk_usage_threshold": "0.5", "disk_usage_lwm_threshold": "0.9"}, "lwm"),
         ({"max_entry_size": "0"}, "max_entry_size"),
+        ({"binary_add_port": "-2"}, "binary_add_port"),
     ],
 )
 def test_bad_settings_are_refused(overrides: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(BookieConfig, None, overrides)
+
+
+def test_brokers_write_binary_adds_unless_told_otherwise() -> None:
+    """Pulsar's bookkeeperUseV2WireProtocol reaches the broker's ledger client."""
+    from stripemq.broker.config import BrokerConfig
+
+    assert load_config(BrokerConfig, None, {}).bookkeeper_client_config().use_v2_wire_protocol
+    off = load_config(BrokerConfig, None, {"bookkeeper_use_v2_wire_protocol": "false"})
+    assert off.bookkeeper_client_config().use_v2_wire_protocol is False
 
 
 def test_bad_files_and_pairs(tmp_path: Path) -> None:

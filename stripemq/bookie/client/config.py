@@ -32,6 +32,13 @@ class ClientConfig:
         "last entries (0 disables).",
         pulsar_name="explictLacInterval",
     )
+    use_v2_wire_protocol: bool = setting(
+        True,
+        "Send adds over each bookie's binary add protocol (stripemq's counterpart of "
+        "BookKeeper's v2 wire protocol) where the bookie offers it; false keeps them on the "
+        "gRPC add stream. Reads and the other calls are gRPC either way.",
+        pulsar_name="useV2WireProtocol",
+    )
     max_concurrent_reads: int = setting(64, "Reads in flight per read_entries call.")
     max_ensemble_changes: int = setting(
         32, "Ensemble changes one handle may make before giving up with NotEnoughBookies."

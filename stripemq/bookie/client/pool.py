@@ -1,7 +1,7 @@
 """One connected client per bookie address, shared by every ledger handle.
 
 A bookie in the same process (the standalone's) is reached through the ``LocalBookieClient``
-given for its address; every other one through a gRPC ``BookieClient``.
+given for its address; every other one through a ``BookieClient`` (binary adds, gRPC calls).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ class BookieClientPool:
                     address,
                     timeout=self.config.read_entry_timeout_s,
                     add_timeout=self.config.add_entry_timeout_s,
+                    use_binary_adds=self.config.use_v2_wire_protocol,
                 )
                 await client.connect()
                 self._clients[address] = client
