@@ -42,14 +42,20 @@ class BinaryAddServer:
         self.port = int(self._server.sockets[0].getsockname()[1])
         return self.port
 
-    async def close(self) -> None:
-        """Stop accepting and drop the connections; adds already in storage still finish
-        there (their journal records are on the way), their answers go nowhere."""
+    async def close(self, grace: float = 5.0) -> None:
+        """Stop accepting and reading; answer the adds already in storage (for up to
+        ``grace`` seconds), then close the connections."""
         if self._server is None:
             return
         self._server.close()
-        for connection in list(self._connections):
-            connection.abort()
+        connections = list(self._connections)
+        for connection in connections:
+            connection.stop_reading()
+        in_storage = [task for connection in connections for task in connection.tasks]
+        if in_storage:
+            await asyncio.wait(in_storage, timeout=grace)
+        for connection in connections:
+            connection.close()
         await self._server.wait_closed()
 
 
@@ -65,6 +71,7 @@ class _AddConnection(asyncio.Protocol):
         self._out: list[bytes] = []
         self._reading_paused = False
         self._writing_paused = False
+        self._stopping = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -81,6 +88,17 @@ class _AddConnection(asyncio.Protocol):
     def abort(self) -> None:
         if self.transport is not None:
             self.transport.abort()
+
+    def close(self) -> None:
+        """Close once the answers written so far are on their way."""
+        if self.transport is not None:
+            self._flush()
+            self.transport.close()
+
+    def stop_reading(self) -> None:
+        """For good: the bookie is stopping."""
+        self._stopping = True
+        self._update_reading()
 
     def data_received(self, data: bytes) -> None:
         frames: list[AddFrame] = []
@@ -148,7 +166,7 @@ class _AddConnection(asyncio.Protocol):
     def _update_reading(self) -> None:
         if self.transport is None:
             return
-        if self._writing_paused or self.inflight >= MAX_INFLIGHT_ADDS:
+        if self._stopping or self._writing_paused or self.inflight >= MAX_INFLIGHT_ADDS:
             if not self._reading_paused:
                 self._reading_paused = True
                 self.transport.pause_reading()

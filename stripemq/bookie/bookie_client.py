@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import socket
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,11 +25,17 @@ from stripemq.errors import (
     BookieProtocolError,
     BookieTimeoutError,
     BookieUnavailableError,
+    EntryTooLargeError,
     error_for_bk_code,
 )
 from stripemq.proto import bookie_pb2 as pb
 from stripemq.proto import bookie_pb2_grpc as pb_grpc
-from stripemq.proto.bookie_binary import AddResultFrame, FrameDecoder, encode_add
+from stripemq.proto.bookie_binary import (
+    MAX_FRAME_BYTES,
+    AddResultFrame,
+    FrameDecoder,
+    encode_add,
+)
 from stripemq.proto.entry import verify_entry
 
 log = logging.getLogger(__name__)
@@ -41,6 +48,10 @@ CLIENT_OPTIONS = [
     ("grpc.keepalive_timeout_ms", 5_000),
     ("grpc.keepalive_permit_without_calls", 1),
 ]
+
+
+# What one add may weigh: a binary frame's limit less its header (the gRPC limit is higher).
+MAX_ADD_BYTES = MAX_FRAME_BYTES - 64
 
 
 @dataclass(frozen=True)
@@ -163,6 +174,7 @@ class _GrpcAddChannel(_AddChannel):
         await self.stream.write(pb.AddRequest(ops=ops))
 
     def close(self) -> None:
+        self.stream.cancel()
         self._receiver.cancel()
 
     async def _receive_loop(self) -> None:
@@ -188,8 +200,11 @@ class _GrpcAddChannel(_AddChannel):
 class _BinaryAddChannel(_AddChannel, asyncio.Protocol):
     """A TCP connection speaking ``stripemq.proto.bookie_binary``."""
 
-    def __init__(self, address: str, on_result: ResultCallback, on_lost: LostCallback) -> None:
+    def __init__(
+        self, address: str, timeout: float, on_result: ResultCallback, on_lost: LostCallback
+    ) -> None:
         self.address = address
+        self.timeout = timeout
         self._on_result = on_result
         self._on_lost = on_lost
         self._decoder = FrameDecoder()
@@ -199,13 +214,22 @@ class _BinaryAddChannel(_AddChannel, asyncio.Protocol):
 
     @classmethod
     async def open(
-        cls, address: str, port: int, on_result: ResultCallback, on_lost: LostCallback
+        cls,
+        address: str,
+        port: int,
+        timeout: float,  # noqa: ASYNC109 - also the channel's write and TCP timeouts
+        on_result: ResultCallback,
+        on_lost: LostCallback,
     ) -> _BinaryAddChannel:
+        """Connect to ``port`` on the host of ``address``; ``timeout`` bounds the connect,
+        a write the bookie does not take, and (as TCP_USER_TIMEOUT) unacknowledged data."""
         host = address.rpartition(":")[0].strip("[]")
         loop = asyncio.get_running_loop()
-        _, channel = await loop.create_connection(
-            lambda: cls(address, on_result, on_lost), host, port
+        transport, channel = await asyncio.wait_for(
+            loop.create_connection(lambda: cls(address, timeout, on_result, on_lost), host, port),
+            timeout,
         )
+        _keep_alive(transport.get_extra_info("socket"), timeout)
         return channel
 
     def usable(self) -> bool:
@@ -220,7 +244,13 @@ class _BinaryAddChannel(_AddChannel, asyncio.Protocol):
                 for add in batch
             )
         )
-        await self._writable.wait()  # the bookie reads slower than we write: wait for it
+        if not self._writable.is_set():  # the bookie reads slower than we write: wait for it
+            try:
+                await asyncio.wait_for(self._writable.wait(), self.timeout)
+            except TimeoutError:
+                raise BookieTimeoutError(
+                    f"bookie {self.address} took no add bytes for {self.timeout}s"
+                ) from None
 
     def close(self) -> None:
         if self._transport is not None:
@@ -259,6 +289,22 @@ class _BinaryAddChannel(_AddChannel, asyncio.Protocol):
         self._on_lost(
             self, BookieUnavailableError(f"bookie {self.address} closed the add connection{reason}")
         )
+
+
+def _keep_alive(sock: socket.socket | None, timeout: float) -> None:
+    """Notice a bookie that vanished without closing the connection (host down, SIGSTOP),
+    as the gRPC channel's keepalive does."""
+    if sock is None:
+        return
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for option, value in (
+        ("TCP_KEEPIDLE", 10),
+        ("TCP_KEEPINTVL", 5),
+        ("TCP_KEEPCNT", 2),
+        ("TCP_USER_TIMEOUT", int(timeout * 1000)),
+    ):
+        if hasattr(socket, option):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
 
 
 class BookieClient:
@@ -306,9 +352,10 @@ class BookieClient:
         self._closed = True
         self._queue.clear()
         self._fail(list(self._pending), BookieUnavailableError(f"client of {self.address} closed"))
-        for task in (self._sender, self._sweeper):
-            if task is not None:
-                task.cancel()
+        tasks = [task for task in (self._sender, self._sweeper) if task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self._add_channel is not None:
             self._add_channel.close()
         if self._channel is not None:
@@ -323,8 +370,13 @@ class BookieClient:
         if self._closed or self._stub is None:
             raise BookieUnavailableError(f"client of {self.address} is not connected")
         loop = asyncio.get_running_loop()
-        request_id = next(self._ids)
         future: asyncio.Future[tuple[int, int]] = loop.create_future()
+        if len(entry) + len(master_key) > MAX_ADD_BYTES:  # no channel carries it: only it fails
+            future.set_exception(
+                EntryTooLargeError(f"an add of {len(entry)} bytes is over {MAX_ADD_BYTES}")
+            )
+            return future
+        request_id = next(self._ids)
         self._pending[request_id] = _PendingAdd(future, loop.time() + self.add_timeout)
         self._queue.append(_QueuedAdd(request_id, master_key, entry, recovery_add))
         self._wakeup.set()
@@ -378,20 +430,26 @@ class BookieClient:
         """The binary connection if the bookie offers one, else a gRPC add stream."""
         assert self._stub is not None
         self._drop_add_channel(BookieUnavailableError(f"bookie {self.address}: adds broke"))
-        channel: _AddChannel
         port = (await self.get_info()).binary_add_port if self.use_binary_adds else 0
+        channel: _AddChannel | None = None
         if port:
             try:
-                channel = await asyncio.wait_for(
-                    _BinaryAddChannel.open(self.address, port, self._resolve, self._channel_lost),
-                    self.timeout,
+                channel = await _BinaryAddChannel.open(
+                    self.address, port, self.timeout, self._resolve, self._channel_lost
                 )
             except (OSError, TimeoutError) as exc:
-                raise BookieUnavailableError(
-                    f"bookie {self.address}: binary add port {port}: {exc}"
-                ) from None
-        else:
+                # Its gRPC port answered: a network that lets only that through still works.
+                log.warning(
+                    "bookie %s: binary add port %d unreachable (%s); adding over gRPC",
+                    self.address,
+                    port,
+                    exc or type(exc).__name__,
+                )
+        if channel is None:
             channel = _GrpcAddChannel(self._stub, self.address, self._resolve, self._channel_lost)
+        if self._closed:  # closed while connecting: nothing may be sent, nothing may leak
+            channel.close()
+            raise BookieUnavailableError(f"client of {self.address} closed")
         self._add_channel = channel
         return channel
 
@@ -418,7 +476,11 @@ class BookieClient:
                 error = BookieTimeoutError(
                     f"bookie {self.address} did not answer an add within {self.add_timeout}s"
                 )
+                stale = {self._pending[r].channel for r in expired}
                 self._fail(expired, error)
+                # A connection that left an add unanswered this long is not trusted again.
+                if self._add_channel is not None and self._add_channel in stale:
+                    self._drop_add_channel(error)
 
     def _resolve(self, request_id: int, outcome: tuple[int, int] | BookieError) -> None:
         pending = self._pending.pop(request_id, None)

@@ -305,7 +305,8 @@ class BookieServer:
         if self.registration is not None:
             steps.append(("registration", self.registration.stop))
         if self.binary_server is not None:
-            steps.append(("binary add server", self.binary_server.close))
+            binary = self.binary_server
+            steps.append(("binary add server", lambda: binary.close(grace)))
         if self._server is not None:
             server = self._server
             steps.append(("gRPC server", lambda: server.stop(grace)))

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from stripemq.bookie.bookie_client import BookieClient
-from stripemq.errors import BookieUnavailableError, LedgerFencedError
+from stripemq.bookie.bookie_client import BookieClient, _BinaryAddChannel, _GrpcAddChannel
+from stripemq.errors import BookieUnavailableError, EntryTooLargeError, LedgerFencedError
 from stripemq.proto.bookie_binary import (
+    MAX_FRAME_BYTES,
     AddResultFrame,
     FrameDecoder,
     encode_add,
@@ -164,5 +165,40 @@ async def test_fencing_refuses_adds_on_either_path(
             await client.add_entry(KEY, entry(5, 200))
         # A recovery add re-replicates onto the fenced ledger.
         assert await client.add_entry(KEY, entry(5, 200), recovery_add=True) == (5, 200)
+    finally:
+        await client.close()
+
+
+async def test_an_unreachable_binary_port_falls_back_to_grpc(
+    make_bookie: BookieFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A network that lets only the gRPC port through (a firewall, a missing Service port)
+    slows adds down, it does not stop them."""
+
+    async def refused(*args: object, **kwargs: object) -> None:
+        raise ConnectionRefusedError("port filtered")
+
+    bookie = make_bookie()
+    await bookie.start()
+    monkeypatch.setattr(_BinaryAddChannel, "open", refused)
+    client = await connected(bookie.address)
+    try:
+        results = await asyncio.gather(*(client.add_entry(KEY, entry(6, i)) for i in range(20)))
+        assert results == [(6, i) for i in range(20)]
+        assert isinstance(client._add_channel, _GrpcAddChannel)
+    finally:
+        await client.close()
+
+
+async def test_an_add_too_large_for_any_frame_fails_alone(make_bookie: BookieFactory) -> None:
+    bookie = make_bookie()
+    await bookie.start()
+    client = await connected(bookie.address)
+    try:
+        fine = client.add_entry(KEY, entry(7, 0))
+        huge = client.add_entry(KEY, b"x" * (MAX_FRAME_BYTES + 1))
+        with pytest.raises(EntryTooLargeError):
+            await huge
+        assert await fine == (7, 0)
     finally:
         await client.close()
