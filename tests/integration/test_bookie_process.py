@@ -113,15 +113,18 @@ async def test_sigkill_while_streaming_loses_no_acknowledged_entry(
         else:
             failures.append(future.exception())
 
-    # Kill once a checkpoint has deleted the first journal file, with adds in flight.
+    # Kill once a checkpoint has deleted the first journal file, and keep streaming: the
+    # signal is sent without waiting (as bookie.kill() would), so adds go on being sent and
+    # answered while the process dies.
     first_journal = bookie.data_dir / "journal" / f"{1:016x}.txn"
-    next_id, killed = 0, False
-    while not killed or inflight:
-        if not killed and len(acknowledged) >= 5_000 and not first_journal.exists():
-            bookie.kill()  # mid-stream: up to 2,000 adds are in flight
-            killed = True
+    next_id, killed_at = 0, None
+    while killed_at is None or next_id < killed_at + 500 or inflight:
+        if killed_at is None and len(acknowledged) >= 5_000 and not first_journal.exists():
+            assert bookie.proc is not None
+            os.kill(bookie.proc.pid, signal.SIGKILL)
+            killed_at = next_id
         assert next_id < 500_000, "no checkpoint deleted the first journal file"
-        if not killed and len(inflight) < 2_000:
+        if (killed_at is None or next_id < killed_at + 500) and len(inflight) < 2_000:
             future = client.add_entry(KEY, make_entry(1, next_id))
             future.add_done_callback(lambda f, e=next_id: settle(e, f))
             inflight.add(future)
@@ -130,6 +133,7 @@ async def test_sigkill_while_streaming_loses_no_acknowledged_entry(
                 await asyncio.sleep(0)
         else:
             await asyncio.wait(set(inflight), return_when=asyncio.FIRST_COMPLETED)
+    bookie.kill()  # reaps it
     assert failures, "the kill must land in the middle of the stream"
     assert all(isinstance(f, BookieUnavailableError) for f in failures)
     await client.close()

@@ -17,6 +17,7 @@ length cover everything after the CRC. A torn or corrupt record ends the replay 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import enum
 import errno
 import logging
@@ -176,11 +177,12 @@ class JournalWriter:
         self.sync_file = sync_file
         self.fsync_count = 0
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="journal")
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._group = _Group()
         self._in_flight: _Group | None = None  # being written and synced
-        self._wakeup = asyncio.Event()
-        self._full = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None  # ends a group's wait for company
+        self._drained: asyncio.Future[None] | None = None  # close() waits on it
+        self._schedule_pending = False
         self._fd = -1
         self._journal_id = 0
         self._offset = 0
@@ -196,8 +198,8 @@ class JournalWriter:
 
     async def open(self) -> None:
         """Start a fresh journal file after every existing one."""
-        await asyncio.get_running_loop().run_in_executor(self._io, self._open_first_file)
-        self._task = asyncio.create_task(self._run(), name="journal-writer")
+        self._loop = asyncio.get_running_loop()
+        await self._loop.run_in_executor(self._io, self._open_first_file)
 
     def append(self, record: bytes) -> asyncio.Future[LogMark]:
         """Queue ``record`` (one or more encoded records); the future resolves when durable."""
@@ -211,9 +213,10 @@ class JournalWriter:
         group.chunks.append(record)
         group.waiters.append(waiter)
         group.size += len(record)
-        self._wakeup.set()
-        if group.size >= self.threshold:
-            self._full.set()
+        if not self._schedule_pending:
+            # At the end of this loop turn, so the records of one turn share a group.
+            self._schedule_pending = True
+            loop.call_soon(self._schedule)
         return waiter
 
     async def close(self) -> None:
@@ -222,11 +225,13 @@ class JournalWriter:
         if self._stopped:
             return
         self._closing = True
-        self._wakeup.set()
-        self._full.set()
-        if self._task is not None:
-            await self._task
-        await asyncio.get_running_loop().run_in_executor(self._io, self._close_fd)
+        loop = asyncio.get_running_loop()
+        self._drained = loop.create_future()
+        self._schedule()  # what waits for company goes now
+        await self._drained
+        if self._stopped:  # aborted meanwhile
+            return
+        await loop.run_in_executor(self._io, self._close_fd)
         self._io.shutdown(wait=True)
         self._stopped = True
 
@@ -236,15 +241,17 @@ class JournalWriter:
         if self._stopped:
             return
         self._closing = True
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         error = BookieError("journal aborted")
         for group in (self._in_flight, self._group):
             for waiter in group.waiters if group is not None else ():
                 if not waiter.done():
                     waiter.set_exception(error)
         self._group, self._in_flight = _Group(), None
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)  # a close() waiting for the queue: nothing is left
         await asyncio.get_running_loop().run_in_executor(self._io, self._close_fd)
         self._io.shutdown(wait=True)
         self._stopped = True
@@ -264,45 +271,71 @@ class JournalWriter:
             log.info("deleted %d journal file(s) before %016x", len(removed), journal_id)
         return removed
 
-    # ------------------------------------------------------------------ writer task
+    # ------------------------------------------------------------------ group scheduling
 
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            group = self._group
-            if not group.chunks:
-                if self._closing:
-                    return
-                self._wakeup.clear()
-                await self._wakeup.wait()
-                continue
-            delay = group.first_at + self.max_group_wait - loop.time()
-            waits = not self.flush_when_queue_empty and not self._closing
-            if waits and delay > 0 and group.size < self.threshold:
-                try:
-                    await asyncio.wait_for(self._full.wait(), delay)
-                except TimeoutError:
-                    pass
-            self._group = _Group()
-            self._full.clear()
-            buf = b"".join(group.chunks)
-            self._in_flight = group
-            try:
-                mark = await loop.run_in_executor(self._io, self._write_and_sync, buf)
-            except Exception as exc:
-                self._in_flight = None
-                if not isinstance(exc, BookieError):
-                    log.exception("unexpected journal failure")
-                    exc = BookieError(f"journal failure: {exc}")
-                for waiter in group.waiters:
-                    if not waiter.done():
-                        waiter.set_exception(exc)
-                continue
-            # (Cancelled by abort(), the group stays in flight: abort fails its waiters.)
-            self._in_flight = None
+    # A group goes to the journal thread at the end of the loop turn that queued it (or
+    # from the previous group's completion, or its wait's timer), and its completion comes
+    # back as one callback on the loop: no writer task to wake, no extra turns per sync.
+
+    def _schedule(self) -> None:
+        """Start the queued group if nothing is being synced and it need not wait."""
+        self._schedule_pending = False
+        if self._in_flight is not None:
+            return  # its completion starts the next group
+        group = self._group
+        if not group.chunks:
+            if self._closing and self._drained is not None and not self._drained.done():
+                self._drained.set_result(None)
+            return
+        waits = not (self.flush_when_queue_empty or self._closing)
+        if waits and group.size < self.threshold:
+            assert self._loop is not None
+            deadline = group.first_at + self.max_group_wait
+            if deadline > self._loop.time():
+                if self._timer is None:
+                    self._timer = self._loop.call_at(deadline, self._wait_over)
+                return
+        self._start(group)
+
+    def _wait_over(self) -> None:
+        self._timer = None
+        self._schedule()
+
+    def _start(self, group: _Group) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._group = _Group()
+        self._in_flight = group
+        done = self._io.submit(self._write_and_sync, b"".join(group.chunks))
+        done.add_done_callback(lambda future: self._hand_back(group, future))
+
+    def _hand_back(self, group: _Group, future: concurrent.futures.Future[LogMark]) -> None:
+        """On the journal thread: give the group's outcome to the loop."""
+        assert self._loop is not None
+        try:
+            self._loop.call_soon_threadsafe(self._synced, group, future)
+        except RuntimeError:  # the loop is gone (the process is ending): nobody waits
+            pass
+
+    def _synced(self, group: _Group, future: concurrent.futures.Future[LogMark]) -> None:
+        if group is not self._in_flight:
+            return  # abort() failed its waiters already
+        self._in_flight = None
+        exc = future.exception()
+        if exc is None:
+            mark = future.result()
             for waiter in group.waiters:
                 if not waiter.done():
                     waiter.set_result(mark)
+        else:
+            if not isinstance(exc, BookieError):
+                log.error("unexpected journal failure", exc_info=exc)
+                exc = BookieError(f"journal failure: {exc}")
+            for waiter in group.waiters:
+                if not waiter.done():
+                    waiter.set_exception(exc)
+        self._schedule()
 
     # ------------------------------------------------------------------ writer thread
 
