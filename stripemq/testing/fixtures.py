@@ -10,13 +10,14 @@ conftest provides. Only tests import this module: it needs pytest.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from stripemq.broker.server import BrokerServer
 from stripemq.metadata import MetadataStore, create_metadata_store
+from stripemq.testing.bookie import BookieProcess
 from stripemq.testing.broker import broker_on_bookies
 from stripemq.testing.zookeeper import ZooKeeperServer
 
@@ -26,6 +27,25 @@ def metadata_url(zookeeper_server: ZooKeeperServer, request: pytest.FixtureReque
     """A ZooKeeper URL with a chroot of its own (named after the test module)."""
     module = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
     return zookeeper_server.url(f"/{module}-{uuid.uuid4().hex[:8]}")
+
+
+BookieFactory = Callable[..., BookieProcess]
+
+
+@pytest.fixture
+def make_bookie(tmp_path: Path, metadata_url: str) -> Iterator[BookieFactory]:
+    """Makes bookie processes (not started) on ``metadata_url``: ``make_bookie(name,
+    **settings)``; every one is killed at the end of the test."""
+    started: list[BookieProcess] = []
+
+    def factory(name: str = "b0", **settings: object) -> BookieProcess:
+        proc = BookieProcess(metadata_url, tmp_path / name, settings=settings)
+        started.append(proc)
+        return proc
+
+    yield factory
+    for proc in started:
+        proc.kill()
 
 
 @pytest.fixture

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import struct
-import uuid
-from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
@@ -20,27 +17,11 @@ from stripemq.proto.bookie_binary import (
     encode_add_result,
 )
 from stripemq.proto.entry import encode_entry
-from stripemq.testing.bookie import BookieProcess
+from stripemq.testing.fixtures import BookieFactory
 
 pytestmark = pytest.mark.integration
 
 KEY = b"writer-key"
-BookieFactory = Callable[..., BookieProcess]
-
-
-@pytest.fixture
-def make_bookie(tmp_path: Path, zookeeper_server):  # type: ignore[no-untyped-def]
-    started: list[BookieProcess] = []
-    url = zookeeper_server.url(f"/bk-{uuid.uuid4().hex[:8]}")
-
-    def factory(**settings: object) -> BookieProcess:
-        proc = BookieProcess(url, tmp_path / "b0", settings=settings)
-        started.append(proc)
-        return proc
-
-    yield factory
-    for proc in started:
-        proc.kill()
 
 
 async def connected(address: str, *, binary: bool = True) -> BookieClient:

@@ -10,8 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
-import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -35,32 +34,12 @@ from stripemq.metadata import create_metadata_store
 from stripemq.proto import bookie_pb2 as pb
 from stripemq.proto import bookie_pb2_grpc as pb_grpc
 from stripemq.proto.entry import encode_entry
-from stripemq.testing.bookie import BookieProcess
+from stripemq.testing.fixtures import BookieFactory
 from stripemq.testing.ports import free_port
 
 pytestmark = pytest.mark.integration
 
 KEY = b"writer-key"
-BookieFactory = Callable[..., BookieProcess]
-
-
-@pytest.fixture
-def metadata_url(zookeeper_server) -> str:  # type: ignore[no-untyped-def]
-    return zookeeper_server.url(f"/bk-{uuid.uuid4().hex[:8]}")
-
-
-@pytest.fixture
-def make_bookie(tmp_path: Path, metadata_url: str):  # type: ignore[no-untyped-def]
-    started: list[BookieProcess] = []
-
-    def factory(name: str = "b0", **settings: object) -> BookieProcess:
-        proc = BookieProcess(metadata_url, tmp_path / name, settings=settings)
-        started.append(proc)
-        return proc
-
-    yield factory
-    for proc in started:
-        proc.kill()
 
 
 @pytest.fixture
