@@ -7,7 +7,8 @@ each going to the role that has it (to both for the few both have).
 
 Everything HTTP is on the broker's web port: the admin API, broker and bookie metrics
 (``/metrics``) and the bookie's probes (``/heartbeat``, ``/api/v1/bookie/is_ready``). The
-bookie opens an HTTP port of its own only when ``stats_http_port`` is set.
+bookie opens an HTTP port of its own only when ``stats_http_port`` is set, and a binary add
+port only when ``binary_add_port`` is (its broker adds in-process).
 """
 
 from __future__ import annotations
@@ -92,6 +93,8 @@ class Standalone:
             BookieConfig,
             None,
             {
+                # Its broker adds in-process: no binary add port unless one is asked for.
+                "binary_add_port": -1,
                 **{k: v for k, v in from_file.items() if k in bookie_fields},
                 **self.derived_bookie_settings(),
                 **{k: v for k, v in from_cli.items() if k in bookie_fields},
