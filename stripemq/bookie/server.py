@@ -277,10 +277,11 @@ class BookieServer:
             self.metrics.registry.register(self.autorecovery.metrics)
         self.metrics.running = True
         log.info(
-            "bookie %s serving (journal %s, ledgers %s)%s",
+            "bookie %s serving (journal %s, ledgers %s, binary adds %s)%s",
             self.bookie_id,
             self.config.journal_dir,
             self.config.ledger_dir,
+            f"on port {self.config.binary_add_port}" if self.binary_server else "off",
             " read-only" if self.storage.read_only else "",
         )
 
