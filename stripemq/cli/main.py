@@ -1,6 +1,6 @@
 """``stripemq`` entry point: ``standalone``, ``broker``, ``bookie``, ``autorecovery``,
 ``zookeeper``, ``shell``, ``client``, ``admin``, ``spark``, ``initialize-cluster-metadata``,
-``wait`` and ``chaos``.
+``wait``, ``chaos`` and ``tokens``.
 
 A role with settings (``ROLE_CONFIGS``) takes ``--conf FILE``, ``-c KEY=VALUE`` and
 ``--print-config``, plus one option per setting declared with ``option=`` in its settings
@@ -118,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     from stripemq.cli.initialize import add_initialize_parser
     from stripemq.cli.shell import add_shell_parser
     from stripemq.cli.spark import add_spark_parser
+    from stripemq.cli.tokens import add_tokens_parser
     from stripemq.cli.wait import add_wait_parser
 
     configs = role_configs()
@@ -162,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_spark_parser(sub)
     add_wait_parser(sub)
     add_chaos_parser(sub)
+    add_tokens_parser(sub)
     return parser
 
 
@@ -330,6 +332,10 @@ def main(argv: list[str] | None = None) -> None:
         from stripemq.cli.chaos import main as chaos_main
 
         sys.exit(chaos_main(argv[1:]))
+    if argv[:1] == ["tokens"]:  # keys and tokens only: no role's modules
+        from stripemq.cli.tokens import main as tokens_main
+
+        sys.exit(tokens_main(argv[1:]))
     if argv[:1] == ["wait"]:  # init containers: no role's modules, no full parser
         from stripemq.cli.wait import add_wait_parser
 
@@ -355,6 +361,10 @@ def main(argv: list[str] | None = None) -> None:
         from stripemq.cli.chaos import run_chaos_command
 
         sys.exit(run_chaos_command(args))
+    if args.command == "tokens":
+        from stripemq.cli.tokens import run_tokens
+
+        sys.exit(run_tokens(args))
     if args.command == "wait":
         from stripemq.cli.wait import run_wait
 
