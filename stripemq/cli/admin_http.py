@@ -6,19 +6,28 @@ A 307 or 308 (a broker that does not own the topic names the one that does) is f
 hand for every method, re-sending the same body: ``urllib`` drops the body of a redirected
 PUT, POST or DELETE. An answer of 400 or more raises ``AdminHttpError`` with the server's
 reason (Pulsar's ``{"reason": ...}``, else the body's text, else the status phrase) and the
-method and URL of the request that got it; a broker that cannot be reached raises
-``AdminConnectionError``. Nothing here prints.
+method and URL of the request that got it (401 and 403 said to be an authentication or a
+permission failure); a broker that cannot be reached raises ``AdminConnectionError``.
+Nothing here prints.
+
+With a token supplier every request, the re-sent one after a redirect too, carries
+``Authorization: Bearer <token>`` (the supplier is asked each time: a token file is read
+again). An ``https`` URL uses the ``ssl.SSLContext`` given (default: the standard
+library's).
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import ssl
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode, urljoin, urlsplit
 
 MAX_REDIRECTS = 5
 REDIRECTS = (307, 308)  # same method and body again (301-303 may turn into a GET)
+AUTH_FAILURES = {401: "authentication failed", 403: "not authorized"}
 
 
 class AdminError(Exception):
@@ -29,7 +38,8 @@ class AdminHttpError(AdminError):
     """The broker answered with an error status."""
 
     def __init__(self, status: int, reason: str, method: str, url: str) -> None:
-        super().__init__(f"{reason} (HTTP {status}, {method} {url})")
+        what = f"{AUTH_FAILURES[status]}: {reason}" if status in AUTH_FAILURES else reason
+        super().__init__(f"{what} (HTTP {status}, {method} {url})")
         self.status = status
         self.reason = reason
         self.method = method
@@ -71,11 +81,21 @@ class Response:
 
 
 class AdminClient:
-    """Requests against one admin URL (``http://host:8080``, optionally with a path)."""
+    """Requests against one admin URL (``http://host:8080``, optionally with a path), with
+    ``token()`` as bearer token and ``ssl_context`` for ``https``."""
 
-    def __init__(self, base_url: str, timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        timeout: float = 60.0,
+        *,
+        token: Callable[[], str] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
+        self.token = token
+        self.ssl_context = ssl_context
 
     def url(self, path: str, query: dict[str, object] | None = None) -> str:
         params = {k: _query_value(v) for k, v in (query or {}).items() if v is not None}
@@ -96,6 +116,7 @@ class AdminClient:
         Raises:
             AdminHttpError: the broker answered 400 or more.
             AdminConnectionError: the broker could not be reached.
+            AdminError: the token supplier failed.
         """
         data = raw_body
         if data is None and body is not None:
@@ -108,7 +129,10 @@ class AdminClient:
                 url = urljoin(url, location)
                 continue
             if status >= 400:
-                raise AdminHttpError(status, _reason(status, content), method, url)
+                reason = _reason(status, content)
+                if status == 401 and self.token is None:
+                    reason += " (no token was sent)"
+                raise AdminHttpError(status, reason, method, url)
             return Response(status, headers, content, url)
         raise AdminHttpError(310, f"more than {MAX_REDIRECTS} redirects", method, url)
 
@@ -130,16 +154,23 @@ class AdminClient:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise AdminConnectionError(method, url, ValueError("not an http(s) URL"))
-        connection_class = (
-            http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-        )
         target = parts.path or "/"
         if parts.query:
             target += f"?{parts.query}"
         headers = {"Accept": "application/json", "User-Agent": "stripemq-admin"}
         if data is not None:
             headers["Content-Type"] = "application/json"
-        connection = connection_class(parts.hostname, parts.port, timeout=self.timeout)
+        if self.token is not None:
+            headers["Authorization"] = f"Bearer {self._token()}"
+        connection: http.client.HTTPConnection
+        if parts.scheme == "https":
+            connection = http.client.HTTPSConnection(
+                parts.hostname, parts.port, timeout=self.timeout, context=self.ssl_context
+            )
+        else:
+            connection = http.client.HTTPConnection(
+                parts.hostname, parts.port, timeout=self.timeout
+            )
         try:
             connection.request(method, target, body=data, headers=headers)
             answer = connection.getresponse()
@@ -148,6 +179,13 @@ class AdminClient:
             raise AdminConnectionError(method, url, exc) from None
         finally:
             connection.close()
+
+    def _token(self) -> str:
+        assert self.token is not None
+        try:
+            return self.token()
+        except Exception as exc:  # a token file gone, a supplier's bug
+            raise AdminError(f"cannot get the token: {exc}") from None
 
 
 def _header(headers: list[tuple[str, str]], name: str) -> str | None:

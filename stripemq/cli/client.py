@@ -1,14 +1,23 @@
 """``stripemq client produce|consume``: send and receive from the command line, like
-``pulsar-client``. Output goes to stdout (a command-line tool, not library code)."""
+``pulsar-client``. Output goes to stdout (a command-line tool, not library code).
+
+Security options as pulsar-client's: ``--auth-plugin`` and ``--auth-params`` (token
+authentication: ``token:<jwt>``, ``file:///path``, ``env:NAME``; see
+``stripemq.client.auth``), and for a ``pulsar+ssl://`` URL ``--tls-trust-certs-file-path``,
+``--tls-allow-insecure`` and ``--tls-enable-hostname-verification``. A refused token or a
+missing permission is one line on stderr and exit code 2, as every other failure."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+from typing import Any
 
+from stripemq.cli import environment
 from stripemq.client import Client, CompressionType, ConsumerType, InitialPosition, Result
-from stripemq.errors import StripeMQError
+from stripemq.client.auth import PARAMS_FORMS, authentication_from_params
+from stripemq.errors import AuthenticationError, AuthorizationError, StripeMQError
 
 SERVICE_URL_ENV = "STRIPEMQ_SERVICE_URL"
 DEFAULT_SERVICE_URL = "pulsar://localhost:6650"
@@ -35,6 +44,7 @@ def add_client_parser(sub: argparse._SubParsersAction) -> None:
         help=f"service URL (default: ${SERVICE_URL_ENV}, else {DEFAULT_SERVICE_URL})",
     )
     client.add_argument("--log-level", default="WARNING")
+    add_security_options(client)
     commands = client.add_subparsers(dest="client_command", required=True)
 
     produce = commands.add_parser("produce", help="send messages to a topic")
@@ -71,6 +81,52 @@ def add_client_parser(sub: argparse._SubParsersAction) -> None:
     consume.add_argument(
         "--timeout", type=float, default=0, help="give up after this many seconds idle (0: never)"
     )
+
+
+def add_security_options(parser: argparse.ArgumentParser) -> None:
+    """pulsar-client's authentication options, and the TLS options of its client.conf."""
+    parser.add_argument(
+        "--auth-plugin",
+        help="authentication plugin: token or org.apache.pulsar.client.impl.auth."
+        "AuthenticationToken (implied by --auth-params)",
+    )
+    parser.add_argument(
+        "--auth-params",
+        help=f"authentication parameters: {PARAMS_FORMS} (default: ${environment.AUTH_PARAMS_ENV})",
+    )
+    parser.add_argument(
+        "--tls-trust-certs-file-path",
+        "--tls-trust-cert-path",
+        dest="tls_trust_certs_file_path",
+        metavar="FILE",
+        help="PEM certificates to trust for pulsar+ssl:// (default: "
+        f"${environment.TLS_TRUST_CERTS_ENV}, else the system's)",
+    )
+    parser.add_argument(
+        "--tls-allow-insecure",
+        action="store_true",
+        help="accept any broker certificate (no verification)",
+    )
+    parser.add_argument(
+        "--tls-enable-hostname-verification",
+        action="store_true",
+        help="the broker's certificate must name the host dialled",
+    )
+
+
+def client_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``Client`` arguments the security options give.
+
+    Raises:
+        InvalidConfigurationError: bad --auth-plugin or --auth-params.
+    """
+    params = environment.auth_params(args.auth_params)
+    return {
+        "authentication": authentication_from_params(args.auth_plugin, params),
+        "tls_trust_certs_file_path": environment.tls_trust_certs(args.tls_trust_certs_file_path),
+        "tls_allow_insecure_connection": args.tls_allow_insecure,
+        "tls_validate_hostname": args.tls_enable_hostname_verification,
+    }
 
 
 def _properties(items: list[str]) -> dict[str, str]:
@@ -140,10 +196,16 @@ def _consume(client: Client, args: argparse.Namespace) -> int:
 
 def run_client(args: argparse.Namespace) -> int:
     try:
-        with Client(args.url) as client:
+        with Client(args.url, **client_options(args)) as client:
             if args.client_command == "produce":
                 return _produce(client, args)
             return _consume(client, args)
+    except AuthenticationError as exc:
+        print(f"error: authentication failed: {exc}", file=sys.stderr)
+        return 2
+    except AuthorizationError as exc:
+        print(f"error: not authorized: {exc}", file=sys.stderr)
+        return 2
     except StripeMQError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

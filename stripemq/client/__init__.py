@@ -6,9 +6,15 @@
     producer = client.create_producer("my-topic")
     producer.send(b"hello")
 
-The asyncio API with the same names is ``stripemq.client.aio``.
+The asyncio API with the same names is ``stripemq.client.aio``. Token authentication and
+TLS are the official client's too:
+
+    client = Client("pulsar+ssl://broker:6651",
+                    authentication=AuthenticationToken(token),
+                    tls_trust_certs_file_path="ca.pem")
 """
 
+from stripemq.client.auth import AuthenticationToken
 from stripemq.client.message import Message, MessageId
 from stripemq.client.options import (
     BatchingType,
@@ -29,6 +35,8 @@ from stripemq.client.options import (
 from stripemq.client.sync import Client, Consumer, Producer, Reader
 from stripemq.errors import (
     AlreadyClosedError,
+    AuthenticationError,
+    AuthorizationError,
     ClientError,
     ConnectError,
     ConsumerBusyError,
@@ -51,6 +59,9 @@ from stripemq.errors import ClientTimeoutError as TimeoutError
 __all__ = [
     "AlreadyClosed",
     "AlreadyClosedError",
+    "AuthenticationError",
+    "AuthenticationToken",
+    "AuthorizationError",
     "BatchReceivePolicy",
     "BatchingType",
     "Client",

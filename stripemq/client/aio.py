@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from types import TracebackType
 
+from stripemq.client.auth import AuthenticationToken
 from stripemq.client.client import AsyncClient
 from stripemq.client.consumer import ConsumerBase as Consumer
 from stripemq.client.message import Message, MessageId
@@ -47,6 +48,7 @@ class Client(AsyncClient):
 
 
 __all__ = [
+    "AuthenticationToken",
     "BatchReceivePolicy",
     "BatchingType",
     "Client",

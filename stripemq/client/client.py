@@ -10,6 +10,7 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
+from stripemq.client.auth import Authentication
 from stripemq.client.consumer import ConsumerBase, ConsumerConfig, TopicConsumer
 from stripemq.client.lookup import LookupService
 from stripemq.client.message import MessageId
@@ -30,6 +31,7 @@ from stripemq.client.options import (
 from stripemq.client.pool import ConnectionPool, ServiceAddresses
 from stripemq.client.producer import PartitionedProducer, Producer, ProducerConfig
 from stripemq.client.reader import Reader
+from stripemq.client.tls import client_ssl_context
 from stripemq.errors import AlreadyClosedError, InvalidConfigurationError, NotAllowedError
 from stripemq.proto.topic_name import TopicName
 
@@ -54,12 +56,20 @@ class AsyncClient:
 
     Arguments follow the official ``pulsar.Client``; those that tune the C++ library
     (``io_threads``, ``stats_interval_in_seconds``, ...) are accepted and have no effect.
+    ``authentication`` is an ``AuthenticationToken``; a ``pulsar+ssl://`` service URL
+    connects over TLS, verifying the brokers' certificates against
+    ``tls_trust_certs_file_path`` (default: the system's), their host names only with
+    ``tls_validate_hostname``, and nothing with ``tls_allow_insecure_connection``.
+
+    Raises:
+        InvalidConfigurationError: a bad service URL, an authentication of another kind, or
+            a trust file that cannot be read.
     """
 
     def __init__(
         self,
         service_url: str,
-        authentication: Any = None,
+        authentication: Authentication | None = None,
         operation_timeout_seconds: float = 30,
         io_threads: int = 1,
         message_listener_threads: int = 1,
@@ -75,13 +85,27 @@ class AsyncClient:
         listener_name: str | None = None,
         keep_alive_interval_seconds: float = 30,
     ) -> None:
-        _unsupported(authentication=authentication, use_tls=use_tls, listener_name=listener_name)
-        self.service = ServiceAddresses(service_url)
+        _unsupported(listener_name=listener_name)
+        if authentication is not None and not isinstance(authentication, Authentication):
+            raise InvalidConfigurationError(
+                f"authentication {authentication!r} is not supported: use "
+                f"stripemq.client.AuthenticationToken"
+            )
+        self.service = ServiceAddresses(service_url, use_tls=use_tls)
         self.operation_timeout_s = float(operation_timeout_seconds)
+        ssl_context = None
+        if self.service.tls:
+            ssl_context = client_ssl_context(
+                tls_trust_certs_file_path,
+                allow_insecure_connection=tls_allow_insecure_connection,
+                validate_hostname=tls_validate_hostname,
+            )
         self.pool = ConnectionPool(
             connection_timeout_s=connection_timeout_ms / 1000,
             operation_timeout_s=self.operation_timeout_s,
             keepalive_s=keep_alive_interval_seconds,
+            authentication=authentication,
+            ssl_context=ssl_context,
         )
         self.lookup = LookupService(self.pool, self.service)
         self.message_listener_threads = message_listener_threads

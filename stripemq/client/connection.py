@@ -4,22 +4,30 @@ The session (``stripemq.proto.client_session``) holds the protocol: the CONNECT 
 request ids matched to their responses, and the routing of the broker's commands to the
 producers and consumers whose traffic the connection carries. This class moves bytes
 between the socket and the session, wakes the requests' waiters, calls the listeners, and
-keeps the connection alive."""
+keeps the connection alive.
+
+With an ``Authentication`` the credentials go in CONNECT and are asked for again to answer
+each AUTH_CHALLENGE; with an ``ssl.SSLContext`` the socket is TLS (the host dialled is the
+server name)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
 from google.protobuf.message import Message as ProtoMessage
 
+from stripemq.client.auth import Authentication
 from stripemq.errors import (
+    AuthenticationError,
     ClientTimeoutError,
     ConnectError,
+    InvalidConfigurationError,
     StripeMQError,
     TopicLookupError,
     error_for_server_error,
@@ -27,6 +35,7 @@ from stripemq.errors import (
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.client_session import (
     ActiveConsumerChanged,
+    AuthChallenged,
     ClientEvent,
     ClientSession,
     Connected,
@@ -94,10 +103,14 @@ class ClientConnection:
         *,
         operation_timeout_s: float = 30.0,
         keepalive_s: float = 30.0,
+        authentication: Authentication | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.logical_address = logical_address
         self.physical_address = physical_address
         self.operation_timeout_s = operation_timeout_s
+        self.authentication = authentication
+        self.ssl_context = ssl_context
         self.session: ClientSession[ProducerListener, ConsumerListener] = ClientSession(
             CLIENT_VERSION
         )
@@ -146,14 +159,34 @@ class ClientConnection:
     # ------------------------------------------------------------------ lifecycle
 
     async def connect(self, timeout_s: float) -> None:
-        """Open the socket and do the handshake; ``ConnectError`` if either fails."""
+        """Open the socket and do the handshake.
+
+        Raises:
+            ConnectError: the socket or the handshake failed.
+            AuthenticationError: the credentials cannot be had, or the broker refused them
+                (as any other refusal of CONNECT, raised as its typed error).
+            InvalidConfigurationError: the broker's TLS certificate cannot be verified.
+        """
+        method = self.authentication.auth_method_name if self.authentication else ""
+        credentials = self._credentials()
         try:
             host, port = split_address(self.physical_address)
             async with asyncio.timeout(timeout_s):
-                self._reader, self._writer = await asyncio.open_connection(host, port)
-                self.session.connect()
+                if self.ssl_context is None:
+                    self._reader, self._writer = await asyncio.open_connection(host, port)
+                else:
+                    self._reader, self._writer = await asyncio.open_connection(
+                        host, port, ssl=self.ssl_context, server_hostname=host
+                    )
+                self.session.connect(method, credentials)
                 self._flush()
                 connected, rest = await self._read_connected()
+        except ssl.SSLCertVerificationError as exc:
+            self._abort(f"TLS certificate refused: {exc}")
+            raise InvalidConfigurationError(
+                f"TLS: cannot verify {self.physical_address}'s certificate: "
+                f"{exc.verify_message or exc} (trust its CA with tls_trust_certs_file_path)"
+            ) from None
         except (OSError, TimeoutError, ValueError, ProtocolError) as exc:
             self._abort(f"connect failed: {exc}")
             raise ConnectError(f"cannot connect to {self.physical_address}: {exc}") from None
@@ -182,8 +215,39 @@ class ClientConnection:
             for i, event in enumerate(events):
                 if isinstance(event, HandshakeRefused):
                     raise refusal_error(event.error, event.message)
+                if isinstance(event, AuthChallenged):  # a failure to answer ends the connect
+                    self.session.answer_challenge(self._credentials())
+                    self._flush()
                 if isinstance(event, Connected):
                     return event, events[i + 1 :]
+
+    def _credentials(self) -> bytes:
+        """What the authentication gives now (nothing without one).
+
+        Raises:
+            AuthenticationError: it cannot give any.
+        """
+        if self.authentication is None:
+            return b""
+        try:
+            return self.authentication.auth_data()
+        except AuthenticationError:
+            raise
+        except Exception as exc:  # a user's supplier or plugin
+            raise AuthenticationError(f"cannot get the authentication data: {exc}") from exc
+
+    def _answer_challenge(self, event: AuthChallenged) -> None:
+        """Send fresh credentials; if there are none, drop the connection (reconnecting
+        then fails with the reason, or succeeds once they are back)."""
+        try:
+            credentials = self._credentials()
+        except AuthenticationError as exc:
+            log.error("%s: cannot answer the broker's authentication challenge: %s", self, exc)
+            self._abort(f"no credentials for the broker's challenge: {exc}")
+            return
+        self.session.answer_challenge(credentials)
+        self._flush()
+        log.debug("%s: answered an authentication challenge (refresh=%s)", self, event.refresh)
 
     async def close(self) -> None:
         """Close the socket; every producer and consumer on it is told."""
@@ -351,6 +415,8 @@ class ClientConnection:
             event.consumer.on_active_change(event.is_active)
         elif isinstance(event, EndOfTopic):
             event.consumer.on_end_of_topic()
+        elif isinstance(event, AuthChallenged):
+            self._answer_challenge(event)
         elif isinstance(event, UnexpectedResponse):
             log.debug("%s: a response to no waiting request (%s)", self, event.request_id)
         elif isinstance(event, UnhandledCommand):

@@ -1,5 +1,9 @@
 """Finding the broker that serves a topic (LOOKUP, following redirects), a topic's
-partition count, and a namespace's topics: the binary-protocol lookup service."""
+partition count, and a namespace's topics: the binary-protocol lookup service.
+
+A client on TLS (``pulsar+ssl://``) follows an answer's ``brokerServiceUrlTls``, one on
+plain TCP its ``brokerServiceUrl``. An answer without a TLS URL to a TLS client (a broker
+with no TLS port) is a configuration that no retry mends: ``InvalidConfigurationError``."""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from dataclasses import dataclass
 
 from stripemq.client.connection import ClientConnection
 from stripemq.client.pool import ConnectionPool, ServiceAddresses, address_of
-from stripemq.errors import ConnectError, TopicLookupError
+from stripemq.errors import ConnectError, InvalidConfigurationError, TopicLookupError
 from stripemq.proto import pulsar_api_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -36,7 +40,13 @@ class LookupService:
             raise
 
     async def lookup(self, topic: str) -> BrokerAddress:
-        """The broker that owns ``topic`` (asking another after each redirect)."""
+        """The broker that owns ``topic`` (asking another after each redirect).
+
+        Raises:
+            TopicLookupError: no broker was named, or the redirects did not end.
+            InvalidConfigurationError: a TLS client was named a broker without TLS.
+            ConnectError, AuthenticationError: as ``ConnectionPool.get``.
+        """
         connection = await self._service_connection()
         authoritative = False
         for _ in range(MAX_REDIRECTS):
@@ -48,8 +58,13 @@ class LookupService:
                 request_id,
             )
             body = response.lookupTopicResponse
-            url = body.brokerServiceUrl
+            url = body.brokerServiceUrlTls if self.service.tls else body.brokerServiceUrl
             if not url:
+                if self.service.tls and body.brokerServiceUrl:
+                    raise InvalidConfigurationError(
+                        f"lookup of {topic} named {body.brokerServiceUrl}, which has no TLS "
+                        f"URL: a pulsar+ssl:// client needs brokers with a TLS port"
+                    )
                 raise TopicLookupError(f"lookup of {topic} named no broker")
             address = address_of(url)
             if body.response == pb.CommandLookupTopicResponse.Connect:

@@ -40,6 +40,8 @@ from stripemq.client.routing import MessageRouter
 from stripemq.clock import now_ms
 from stripemq.errors import (
     AlreadyClosedError,
+    AuthenticationError,
+    AuthorizationError,
     ChecksumClientError,
     ClientTimeoutError,
     ConnectError,
@@ -204,6 +206,8 @@ _RESULTS: list[tuple[type[BaseException], Result]] = [
     (PersistenceClientError, Result.BrokerPersistenceError),
     (InvalidConfigurationError, Result.InvalidConfiguration),
     (TopicNotFoundError, Result.TopicNotFound),
+    (AuthenticationError, Result.AuthenticationError),
+    (AuthorizationError, Result.AuthorizationError),
 ]
 
 

@@ -319,13 +319,14 @@ _SUBSCRIBE = inspect.signature(AsyncClient.subscribe)
 
 
 class Client:
-    """A blocking client (``pulsar.Client``): same arguments and methods."""
+    """A blocking client (``pulsar.Client``): same arguments (``authentication`` an
+    ``AuthenticationToken``) and methods."""
 
-    def __init__(self, service_url: str, **options: Any) -> None:
+    def __init__(self, service_url: str, *args: Any, **options: Any) -> None:
         self._run = _LoopThread()
         self._listening: list[Consumer] = []
         try:
-            self._impl = self._run.run(_make_client(service_url, options))
+            self._impl = self._run.run(_make_client(service_url, args, options))
         except BaseException:
             self._run.stop()
             raise
@@ -389,5 +390,7 @@ class Client:
         self.close()
 
 
-async def _make_client(service_url: str, options: dict[str, Any]) -> AsyncClient:
-    return AsyncClient(service_url, **options)
+async def _make_client(
+    service_url: str, args: tuple[Any, ...], options: dict[str, Any]
+) -> AsyncClient:
+    return AsyncClient(service_url, *args, **options)

@@ -4,8 +4,18 @@ consumers.
 
 States: ``IDLE`` → ``connect()`` queues CONNECT → ``HANDSHAKE`` → CONNECTED arrives →
 ``CONNECTED`` → ``close()`` → ``CLOSED``. In ``HANDSHAKE`` the broker may answer only
-CONNECTED or ERROR (``HandshakeRefused``, which ends the session); anything else raises
-``HandshakeError``. A closed session drops what still arrives.
+CONNECTED, ERROR (``HandshakeRefused``, which ends the session: an ``AuthenticationError``
+code is a refused token) or AUTH_CHALLENGE; anything else raises ``HandshakeError``. A
+closed session drops what still arrives.
+
+Authentication: ``connect(auth_method_name, auth_data)`` puts the credentials in CONNECT
+with ``FeatureFlags.supports_auth_refresh`` (without a method, CONNECT carries neither, as
+before). AUTH_CHALLENGE, in ``HANDSHAKE`` or ``CONNECTED``, is ``AuthChallenged``
+(``refresh`` when its data is ``REFRESH_AUTH_DATA``: the broker wants fresh credentials
+before the ones it holds expire); the driver gets the credentials anew and hands them to
+``answer_challenge``, which queues AUTH_RESPONSE under the method CONNECT named (``none``
+without one). A challenge without its data breaks the handshake (``HandshakeError``) and is
+an ``UnhandledCommand`` once connected; an answer to no challenge is a local error.
 
 Requests: ``new_request_id`` allocates ids (0, 1, 2, ...); ``send_request`` queues a command
 and marks its id outstanding. A response (SUCCESS, ERROR, PRODUCER_SUCCESS, LOOKUP_RESPONSE,
@@ -36,6 +46,7 @@ from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.frames import DEFAULT_MAX_MESSAGE_SIZE, Frame, command_body
 from stripemq.proto.session import (
     PROTOCOL_VERSION,
+    REFRESH_AUTH_DATA,
     HandshakeError,
     LocalProtocolError,
     Session,
@@ -61,6 +72,9 @@ RESPONSES = frozenset(
     }
 )
 
+# The method an AUTH_RESPONSE names when CONNECT named none (Pulsar's AuthenticationDisabled).
+NO_AUTH_METHOD = "none"
+
 
 # ---------------------------------------------------------------------------- events
 
@@ -81,6 +95,17 @@ class HandshakeRefused:
     error: pb.ServerError
     message: str
     command: pb.BaseCommand
+
+
+@dataclass(frozen=True)
+class AuthChallenged:
+    """AUTH_CHALLENGE: answer with ``answer_challenge(credentials)``. ``refresh``: the
+    broker asks for fresh credentials of the method CONNECT named (``challenge`` is
+    ``REFRESH_AUTH_DATA``); otherwise ``challenge`` is a step of a multi-step method."""
+
+    auth_method_name: str
+    challenge: bytes
+    refresh: bool
 
 
 @dataclass(frozen=True)
@@ -191,6 +216,7 @@ class UnhandledCommand:
 ClientEvent: TypeAlias = (
     Connected
     | HandshakeRefused
+    | AuthChallenged
     | ResponseReceived
     | RequestFailed
     | UnexpectedResponse
@@ -243,19 +269,43 @@ class ClientSession(Session[ClientEvent], Generic[P, C]):
         self.consumers: dict[int, C] = {}
         self._request_ids = itertools.count()
         self._outstanding: set[int] = set()
+        self.auth_method_name = ""  # what CONNECT named ("": no authentication)
+        self._challenged = False  # an AUTH_CHALLENGE awaits its AUTH_RESPONSE
 
     # ------------------------------------------------------------------ sending
 
-    def connect(self) -> None:
-        """Queue CONNECT, the first command of every connection."""
+    def connect(self, auth_method_name: str = "", auth_data: bytes = b"") -> None:
+        """Queue CONNECT, the first command of every connection; with ``auth_method_name``
+        it carries the credentials ``auth_data`` and offers to refresh them."""
         if self.state is not SessionState.IDLE:
             raise LocalProtocolError(f"CONNECT in state {self.state.value}")
+        connect = pb.CommandConnect(
+            client_version=self.client_version, protocol_version=self.offered_version
+        )
+        if auth_method_name:
+            connect.auth_method_name = auth_method_name
+            connect.auth_data = auth_data
+            connect.feature_flags.supports_auth_refresh = True
+        self.auth_method_name = auth_method_name
+        self._write(connect)
+        self.state = SessionState.HANDSHAKE
+
+    def answer_challenge(self, auth_data: bytes) -> None:
+        """Queue AUTH_RESPONSE with ``auth_data``, the answer to the ``AuthChallenged``
+        last reported."""
+        if not self._challenged:
+            raise LocalProtocolError(f"AUTH_RESPONSE without a challenge ({self.state.value})")
+        self._challenged = False
         self._write(
-            pb.CommandConnect(
-                client_version=self.client_version, protocol_version=self.offered_version
+            pb.CommandAuthResponse(
+                client_version=self.client_version,
+                protocol_version=self.offered_version,
+                response=pb.AuthData(
+                    auth_method_name=self.auth_method_name or NO_AUTH_METHOD,
+                    auth_data=auth_data,
+                ),
             )
         )
-        self.state = SessionState.HANDSHAKE
 
     def new_request_id(self) -> int:
         return next(self._request_ids)
@@ -284,6 +334,7 @@ class ClientSession(Session[ClientEvent], Generic[P, C]):
         consumer is unregistered; returns those (producers first) for the driver to tell."""
         self.state = SessionState.CLOSED
         self._outstanding.clear()
+        self._challenged = False
         dropped: list[P | C] = [*self.producers.values(), *self.consumers.values()]
         self.producers.clear()
         self.consumers.clear()
@@ -308,6 +359,8 @@ class ClientSession(Session[ClientEvent], Generic[P, C]):
             return None
         if kind == pb.BaseCommand.PONG:
             return None  # hearing anything is what keeps the connection alive
+        if kind == pb.BaseCommand.AUTH_CHALLENGE:
+            return self._challenge(command) or UnhandledCommand(kind, command)
         body = command_body(command)
         if body is None:
             return UnhandledCommand(kind, command)
@@ -368,7 +421,22 @@ class ClientSession(Session[ClientEvent], Generic[P, C]):
         if command.type == pb.BaseCommand.ERROR:
             self.state = SessionState.CLOSED  # refused: whatever follows is not for us
             return HandshakeRefused(command.error.error, command.error.message, command)
+        if command.type == pb.BaseCommand.AUTH_CHALLENGE:
+            challenged = self._challenge(command)
+            if challenged is None:
+                raise HandshakeError("AUTH_CHALLENGE without its challenge")
+            return challenged
         raise HandshakeError(f"expected CONNECTED, got {Type.Name(command.type)}")
+
+    def _challenge(self, command: pb.BaseCommand) -> AuthChallenged | None:
+        """The challenge AUTH_CHALLENGE makes (``None`` if it holds none)."""
+        body = command.authChallenge
+        if not command.HasField("authChallenge") or not body.challenge.HasField("auth_data"):
+            return None
+        self._challenged = True
+        data = body.challenge.auth_data
+        method = body.challenge.auth_method_name or self.auth_method_name
+        return AuthChallenged(method, data, data == REFRESH_AUTH_DATA)
 
     def _response(self, command: pb.BaseCommand) -> ClientEvent:
         request_id = request_id_of(command_body(command))

@@ -33,6 +33,9 @@ from stripemq.proto.frames import (
 # The Pulsar protocol version stripemq speaks, client and broker (``pb.ProtocolVersion``);
 # a connection speaks the lower of the client's and the broker's.
 PROTOCOL_VERSION = 20
+# The AUTH_CHALLENGE data that asks a client for refreshed credentials (Pulsar's
+# AuthData.REFRESH_AUTH_DATA).
+REFRESH_AUTH_DATA = b"PulsarAuthRefresh"
 
 E = TypeVar("E")
 

@@ -43,7 +43,6 @@ def test_the_default_port_is_pulsars() -> None:
     [
         "http://localhost:8080",
         "https://localhost:8443",
-        "pulsar+ssl://localhost:6651",
         "localhost:6650",
         "",
         "pulsar://",
