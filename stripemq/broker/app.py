@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections.abc import Iterable, Mapping
 
 from prometheus_client.registry import Collector
@@ -14,13 +15,31 @@ from stripemq.bookie.client import BookKeeper
 from stripemq.broker.admin.rest import AdminContext
 from stripemq.broker.config import BrokerConfig
 from stripemq.broker.policies import BacklogQuota, BacklogQuotaPolicy, DispatchRate, PublishRate
+from stripemq.broker.security import BrokerSecurity
 from stripemq.broker.server import BrokerServer
 from stripemq.broker.service import BrokerService, TopicPolicies
 from stripemq.broker.web import WebService
-from stripemq.errors import StripeMQError
+from stripemq.errors import ConfigError, StripeMQError
 from stripemq.metadata import MetadataStore, SessionEvent, create_metadata_store
+from stripemq.security.tls import server_context
 
 log = logging.getLogger(__name__)
+
+
+def tls_server_context(config: BrokerConfig) -> ssl.SSLContext | None:
+    """The context of the broker's TLS listeners (None when it has none), its certificate,
+    key and trusted CAs read now. Raises ``ConfigError`` for a file it cannot use."""
+    if config.broker_service_port_tls is None and config.web_service_port_tls is None:
+        return None
+    certificate, key = config.tls_certificate_file_path, config.tls_key_file_path
+    if not certificate or not key:
+        raise ConfigError("TLS needs tls_certificate_file_path and tls_key_file_path")
+    return server_context(
+        certificate,
+        key,
+        config.tls_trust_certs_file_path,
+        require_client_cert=config.tls_require_trusted_client_cert_on_connect,
+    )
 
 
 def topic_policies(config: BrokerConfig) -> TopicPolicies:
@@ -76,14 +95,20 @@ class BrokerApp:
         self._shared_store = store
         self._local_bookies = dict(local_bookies or {})
         self.store: MetadataStore | None = store
+        # Keys are read here: a bad security setting stops the broker before it binds.
+        self.security = BrokerSecurity(config, lambda: self.store)
         self.bk: BookKeeper | None = None
         self.server: BrokerServer | None = None
+        # The TLS listeners' certificate and key are read here too, for the same reason.
+        self.ssl_context = tls_server_context(config)
         self.web = WebService(
             self._admin_context,
             config.bind_address,
             config.web_service_port,
             config.advertised_address or config.bind_address,
             extra_collectors,
+            tls_port=config.web_service_port_tls,
+            ssl_context=self.ssl_context,
         )
         self._web_started = False
         self._restart: asyncio.Task[None] | None = None
@@ -91,7 +116,12 @@ class BrokerApp:
 
     def _admin_context(self, web_url: str) -> AdminContext:
         return AdminContext(
-            self.config, web_url, self._serving, lambda: self.store, get_server=lambda: self.server
+            self.config,
+            web_url,
+            self._serving,
+            lambda: self.store,
+            get_server=lambda: self.server,
+            security=self.security,
         )
 
     def _serving(self) -> BrokerService | None:
@@ -108,6 +138,7 @@ class BrokerApp:
                 await self.web.start()
                 self._web_started = True
                 self.config.web_service_port = self.web.port
+                self.config.web_service_port_tls = self.web.tls_port
             if self.store is None:
                 self.store = create_metadata_store(
                     self.config.metadata_service_uri,
@@ -133,10 +164,15 @@ class BrokerApp:
                 keepalive_s=self.config.keep_alive_interval_seconds,
                 max_pending_publishes=self.config.max_pending_publish_requests_per_connection,
                 web_url=self.web.web_url,
+                web_url_tls=self.web.web_url_tls,
+                tls_port=self.config.broker_service_port_tls,
+                ssl_context=self.ssl_context,
                 cluster=self.config.cluster_name,
+                security=self.security,
             )
             await self.server.start()
             self.config.broker_service_port = self.server.port  # 0 picked one
+            self.config.broker_service_port_tls = self.server.tls_port
         except BaseException:
             await self._release()
             raise

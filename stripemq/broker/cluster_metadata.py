@@ -99,7 +99,9 @@ async def initialize_cluster_metadata(
     done = []
     data = cluster_data or ClusterData(
         service_url=broker.web_url if broker else "",
+        service_url_tls=broker.web_url_tls if broker else "",
         broker_service_url=broker.service_url if broker else "",
+        broker_service_url_tls=broker.service_url_tls if broker else "",
     )
     try:
         await create_cluster(store, cluster, data)

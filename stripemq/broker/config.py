@@ -3,7 +3,7 @@ in its ``setting(...)`` (``stripemq broker --print-config``, the README's tables
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from stripemq.bookie.client.config import ClientConfig
 from stripemq.broker.delayed_delivery import DEFAULT_TICK_MS
@@ -60,6 +60,19 @@ class BrokerConfig:
         "Port of the HTTP service: the admin REST API, lookups and /metrics (0 picks a free port).",
         pulsar_name="webServicePort",
         option="--web-port",
+    )
+    broker_service_port_tls: int | None = setting(
+        None,
+        "Port of the Pulsar binary protocol over TLS (pulsar+ssl://; Pulsar's 6651; 0 picks a "
+        "free port); unset: no TLS listener. Needs tls_certificate_file_path and "
+        "tls_key_file_path.",
+        pulsar_name="brokerServicePortTls",
+    )
+    web_service_port_tls: int | None = setting(
+        None,
+        "Port of the HTTP service over TLS (https://; Pulsar's 8443; 0 picks a free port); "
+        "unset: no HTTPS listener. Needs tls_certificate_file_path and tls_key_file_path.",
+        pulsar_name="webServicePortTls",
     )
     cluster_name: str = setting(
         "standalone",
@@ -288,6 +301,105 @@ class BrokerConfig:
         pulsar_name="managedLedgerMaxUnackedRangesToPersistInMetadataStore",
     )
 
+    # ---------------------------------------------------------------- security
+    authentication_enabled: bool = setting(
+        False,
+        "Clients must authenticate: CONNECT with a token on the binary protocol, "
+        "'Authorization: Bearer <token>' on the HTTP service.",
+        pulsar_name="authenticationEnabled",
+    )
+    authentication_providers: list[str] = field(
+        default_factory=list,
+        metadata={
+            "doc": "Authentication providers, comma-separated: token, or Pulsar's class name "
+            "org.apache.pulsar.broker.authentication.AuthenticationProviderToken (the only "
+            "provider there is; empty means token when authentication is enabled).",
+            "pulsar_name": "authenticationProviders",
+        },
+    )
+    authorization_enabled: bool = setting(
+        False,
+        "Check every lookup, producer, subscription and admin call against the role's "
+        "rights: superuser, tenant admin, or namespace permissions (produce, consume). "
+        "Needs authentication_enabled.",
+        pulsar_name="authorizationEnabled",
+    )
+    super_user_roles: list[str] = field(
+        default_factory=list,
+        metadata={
+            "doc": "Roles (comma-separated) allowed everything, on every tenant.",
+            "pulsar_name": "superUserRoles",
+        },
+    )
+    anonymous_user_role: str | None = setting(
+        None,
+        "Role given to a client that presents no credentials; unset: such a client is "
+        "refused when authentication is enabled.",
+        pulsar_name="anonymousUserRole",
+    )
+    token_secret_key: str | None = setting(
+        None,
+        "HS256 secret key that signed the tokens: file:///path or data:;base64,<key>.",
+        pulsar_name="tokenSecretKey",
+    )
+    token_public_key: str | None = setting(
+        None,
+        "Public key (DER or PEM) of RS256/ES256 tokens: file:///path or data:;base64,<key>.",
+        pulsar_name="tokenPublicKey",
+    )
+    token_public_alg: str = setting(
+        "RS256",
+        "Algorithm of tokens verified with token_public_key: RS256 (or another RS/PS) or "
+        "ES256 (or another ES).",
+        pulsar_name="tokenPublicAlg",
+    )
+    token_auth_claim: str = setting(
+        "sub",
+        "Claim of the token that holds the role.",
+        pulsar_name="tokenAuthClaim",
+    )
+    token_audience_claim: str | None = setting(
+        None,
+        "Claim that must hold token_audience (usually aud); unset: audiences are not checked.",
+        pulsar_name="tokenAudienceClaim",
+    )
+    token_audience: str | None = setting(
+        None,
+        "This broker's audience, required in token_audience_claim when that is set.",
+        pulsar_name="tokenAudience",
+    )
+    authentication_refresh_check_seconds: float = setting(
+        60.0,
+        "How often a connection's token is checked for expiry; an expired one is refreshed "
+        "with AUTH_CHALLENGE (clients that support it) or the connection is closed.",
+        pulsar_name="authenticationRefreshCheckSeconds",
+    )
+    authenticate_metrics_endpoint: bool = setting(
+        False,
+        "/metrics needs authentication too (when authentication is enabled).",
+        pulsar_name="authenticateMetricsEndpoint",
+    )
+    tls_certificate_file_path: str | None = setting(
+        None,
+        "PEM certificate (chain) the TLS listeners present.",
+        pulsar_name="tlsCertificateFilePath",
+    )
+    tls_key_file_path: str | None = setting(
+        None,
+        "PEM private key of tls_certificate_file_path.",
+        pulsar_name="tlsKeyFilePath",
+    )
+    tls_trust_certs_file_path: str | None = setting(
+        None,
+        "PEM CA certificates that client certificates are checked against.",
+        pulsar_name="tlsTrustCertsFilePath",
+    )
+    tls_require_trusted_client_cert_on_connect: bool = setting(
+        False,
+        "TLS clients must present a certificate signed by tls_trust_certs_file_path.",
+        pulsar_name="tlsRequireTrustedClientCertOnConnect",
+    )
+
     def validate(self) -> None:
         if not 0 <= self.broker_service_port < 65536:
             raise ConfigError(f"broker_service_port {self.broker_service_port} out of range")
@@ -308,7 +420,36 @@ class BrokerConfig:
         if self.delayed_delivery_tick_time_millis < 0:
             raise ConfigError("delayed_delivery_tick_time_millis must be >= 0")
         self._validate_policy_defaults()
+        self._validate_tls()
         self.managed_ledger_config().validate()
+
+    def _validate_tls(self) -> None:
+        """The TLS ports in range, apart from the plain ones, and a certificate and key for
+        any TLS listener (the files themselves are read when the broker starts)."""
+        listeners = (
+            ("broker_service_port", self.broker_service_port, self.broker_service_port_tls),
+            ("web_service_port", self.web_service_port, self.web_service_port_tls),
+        )
+        for plain, plain_port, port in listeners:
+            name = f"{plain}_tls"
+            if port is None:
+                continue
+            if not 0 <= port < 65536:
+                raise ConfigError(f"{name} {port} out of range")
+            if port != 0 and port == plain_port:
+                raise ConfigError(f"{name} and {plain} are both {port}: TLS needs its own port")
+            if not self.tls_certificate_file_path or not self.tls_key_file_path:
+                raise ConfigError(
+                    f"{name} is set: TLS needs tls_certificate_file_path and tls_key_file_path "
+                    "(the PEM certificate and key the broker presents)"
+                )
+            if self.tls_require_trusted_client_cert_on_connect and not (
+                self.tls_trust_certs_file_path
+            ):
+                raise ConfigError(
+                    "tls_require_trusted_client_cert_on_connect needs tls_trust_certs_file_path "
+                    "(the CA certificates client certificates are checked against)"
+                )
 
     def _validate_policy_defaults(self) -> None:
         if self.backlog_quota_default_retention_policy not in BACKLOG_QUOTA_POLICIES:

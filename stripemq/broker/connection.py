@@ -8,6 +8,11 @@ client does not take what is written.
 
 Malformed frames close this connection only; a request the broker refuses gets ERROR (or
 SEND_ERROR) with the protocol's code; nothing a client sends can stop the broker.
+
+With security on (``BrokerSecurity``), CONNECT must carry valid credentials, every lookup,
+producer and subscription is checked against the role's rights, and credentials that expire
+are refreshed with AUTH_CHALLENGE (or the connection is closed, for a client that cannot
+refresh). A connection's refusals are logged once, not once per request.
 """
 
 from __future__ import annotations
@@ -26,10 +31,18 @@ from google.protobuf.message import Message
 from stripemq.broker import limits
 from stripemq.broker.dedup import DupStatus
 from stripemq.broker.dispatch import ConsumerSlot
+from stripemq.broker.security import BrokerSecurity
 from stripemq.broker.service import BrokerService
 from stripemq.broker.stats import record_publish
 from stripemq.broker.topic import Consumer, Producer, Subscription
-from stripemq.errors import BrokerError, ManagedLedgerError, StripeMQError, server_error_of
+from stripemq.errors import (
+    AuthenticationError,
+    AuthorizationError,
+    BrokerError,
+    ManagedLedgerError,
+    StripeMQError,
+    server_error_of,
+)
 from stripemq.managed_ledger.position import Position
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.frames import (
@@ -44,7 +57,9 @@ from stripemq.proto.server_session import (
     CONSUMER_COMMANDS,
     REQUESTS,
     ClientConnected,
+    ClientRefused,
     ConsumerCommand,
+    CredentialsRefreshed,
     HandleKind,
     MalformedCommand,
     Request,
@@ -55,6 +70,8 @@ from stripemq.proto.server_session import (
 )
 from stripemq.proto.session import Keepalive, Liveness
 from stripemq.proto.topic_name import TopicName
+from stripemq.security.authentication import AuthenticatedRole
+from stripemq.security.authorization import Need
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +123,16 @@ class ServerConnection:
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         keepalive_s: float = 30.0,
         max_pending_publishes: int = DEFAULT_MAX_PENDING_PUBLISHES,
+        security: BrokerSecurity | None = None,
     ) -> None:
         self.service = service
+        self.security = security
+        # Who the client is (None: authentication is off), and since when fresh credentials
+        # are awaited (AUTH_CHALLENGE sent, no answer yet).
+        self.principal: AuthenticatedRole | None = None
+        self._supports_auth_refresh = False
+        self._challenged_at: float | None = None
+        self._refusal_logged = False
         self.max_pending_publishes = max_pending_publishes
         self.keepalive = Keepalive(keepalive_s, asyncio.get_running_loop().time())
         self.reader = reader
@@ -115,7 +140,11 @@ class ServerConnection:
         self.max_message_size = max_message_size
         self.peer = writer.get_extra_info("peername")
         self.session: ServerSession[Producer, Consumer] = ServerSession(
-            SERVER_VERSION, max_message_size=max_message_size
+            SERVER_VERSION,
+            max_message_size=max_message_size,
+            authenticate=(
+                security.authenticate if security is not None and security.authenticating else None
+            ),
         )
         self._tasks: set[asyncio.Task[Any]] = set()
         # Backpressure: SENDs stored but not yet receipted, and whether reading may go on.
@@ -220,6 +249,34 @@ class ServerConnection:
                 self.session.ping()
                 self._flush()
 
+    async def _watch_credentials(self, check_s: float) -> None:
+        """Every ``check_s``: credentials that expired are refreshed with AUTH_CHALLENGE;
+        a client that cannot refresh, or does not answer within a check, is dropped."""
+        while self.principal is not None and not self.writer.is_closing():
+            await asyncio.sleep(check_s)
+            principal = self.principal
+            if principal is None or not principal.expired(time.time()):
+                continue
+            now = asyncio.get_running_loop().time()
+            if not self._supports_auth_refresh:
+                self._drop("its credentials expired and it cannot refresh them")
+                return
+            if self._challenged_at is None:
+                self._challenged_at = now
+                self.session.challenge()
+                self._flush()
+            elif now - self._challenged_at >= check_s:
+                self._drop("it did not refresh its expired credentials")
+                return
+
+    def _drop(self, why: str) -> None:
+        log.info("closing connection from %s (role %s): %s", self.peer, self._role(), why)
+        self._write_unsent()
+        self.writer.close()
+
+    def _role(self) -> str | None:
+        return self.principal.role if self.principal is not None else None
+
     def _act(self, event: ServerEvent) -> None:
         """Serve what the session handed over; a request's refusal is answered here, and a
         coroutine's in its task."""
@@ -227,6 +284,15 @@ class ServerConnection:
             log.debug(
                 "%s connected (%s, v%d)", self.peer, event.client_version, event.protocol_version
             )
+            self._authenticated(event.principal, event.supports_auth_refresh)
+            return
+        if isinstance(event, ClientRefused):
+            log.warning("refused connection from %s: %s", self.peer, event.reason)
+            self._write_unsent()
+            self.writer.close()
+            return
+        if isinstance(event, CredentialsRefreshed):
+            self._refreshed(event.principal)
             return
         if isinstance(event, UnsupportedCommand):
             log.info(
@@ -258,6 +324,29 @@ class ServerConnection:
         self._consumer_commands[event.kind](event.consumer, event.body)
         return None
 
+    def _authenticated(self, principal: AuthenticatedRole | None, refreshes: bool) -> None:
+        self.principal = principal
+        self._supports_auth_refresh = refreshes
+        if principal is not None and principal.expires_at is not None:
+            assert self.security is not None
+            task = asyncio.ensure_future(self._watch_credentials(self.security.refresh_check_s))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _refreshed(self, principal: AuthenticatedRole) -> None:
+        """Fresh credentials: they must prove the same role (Pulsar's rule)."""
+        if self.principal is not None and principal.role != self.principal.role:
+            self._drop(f"refreshed credentials are for another role, {principal.role}")
+            return
+        log.debug("%s refreshed its credentials", self.peer)
+        self._challenged_at = None
+        self.principal = principal
+
+    async def _authorize(self, need: Need, topic: TopicName) -> None:
+        """Raise ``AuthorizationError`` unless the client's role may ``need`` on ``topic``."""
+        if self.security is not None:
+            await self.security.check(need, self.principal, topic.namespace_name)
+
     async def _guard(self, event: Served, work: Awaitable[None]) -> None:
         """Run a request; a refusal or storage failure becomes ERROR for its request id,
         and so does a bug: every request gets an answer."""
@@ -275,7 +364,14 @@ class ServerConnection:
 
     def _refuse(self, event: Served, exc: BaseException) -> None:
         request_id = event.request_id
-        log.info("%s from %s refused: %s", pb.BaseCommand.Type.Name(event.kind), self.peer, exc)
+        what = pb.BaseCommand.Type.Name(event.kind)
+        if isinstance(exc, (AuthenticationError, AuthorizationError)):
+            # Once per connection: a client retrying a refused request floods nothing.
+            level = logging.DEBUG if self._refusal_logged else logging.WARNING
+            self._refusal_logged = True
+            log.log(level, "%s from %s (role %s) refused: %s", what, self.peer, self._role(), exc)
+        else:
+            log.info("%s from %s refused: %s", what, self.peer, exc)
         if request_id is None:
             return
         self.session.refuse(event.kind, request_id, server_error_of(exc), str(exc))
@@ -314,7 +410,9 @@ class ServerConnection:
     # ------------------------------------------------------------------ discovery
 
     async def _on_partitioned_metadata(self, body: pb.CommandPartitionedTopicMetadata) -> None:
-        partitions = await self.service.partitions(TopicName.parse(body.topic))
+        topic = TopicName.parse(body.topic)
+        await self._authorize(Need.LOOKUP, topic)
+        partitions = await self.service.partitions(topic)
         self.write(
             pb.CommandPartitionedTopicMetadataResponse(
                 partitions=partitions,
@@ -324,11 +422,15 @@ class ServerConnection:
         )
 
     async def _on_lookup(self, body: pb.CommandLookupTopic) -> None:
-        url = await self.service.lookup(TopicName.parse(body.topic), body.authoritative)
+        topic = TopicName.parse(body.topic)
+        await self._authorize(Need.LOOKUP, topic)
+        owner = await self.service.lookup_broker(topic, body.authoritative)
+        url = owner.service_url
         here = url == self.service.service_url
         self.write(
             pb.CommandLookupTopicResponse(
                 brokerServiceUrl=url,
+                brokerServiceUrlTls=owner.service_url_tls or None,
                 response=(
                     pb.CommandLookupTopicResponse.Connect
                     if here
@@ -341,6 +443,8 @@ class ServerConnection:
 
     async def _on_topics_of_namespace(self, body: pb.CommandGetTopicsOfNamespace) -> None:
         topics = []
+        if self.security is not None:
+            await self.security.check(Need.LOOKUP, self.principal, body.namespace)
         if body.mode != pb.CommandGetTopicsOfNamespace.NON_PERSISTENT:
             topics = await self.service.topics_of_namespace(body.namespace)
         self.write(
@@ -363,7 +467,9 @@ class ServerConnection:
     async def _create_producer(self, body: pb.CommandProducer) -> None:
         if body.producer_id in self.producers:
             raise BrokerError(pb.ProducerBusy, f"producer id {body.producer_id} is in use")
-        topic = await self.service.get_topic(TopicName.parse(body.topic))
+        name_of_topic = TopicName.parse(body.topic)
+        await self._authorize(Need.PRODUCE, name_of_topic)
+        topic = await self.service.get_topic(name_of_topic)
         name = body.producer_name or generate_producer_name()
         if body.initial_subscription_name and body.initial_subscription_name not in (
             topic.subscriptions
@@ -540,7 +646,9 @@ class ServerConnection:
             await self._create_consumer(body)
 
     async def _create_consumer(self, body: pb.CommandSubscribe) -> None:
-        topic = await self.service.get_topic(TopicName.parse(body.topic))
+        name_of_topic = TopicName.parse(body.topic)
+        await self._authorize(Need.CONSUME, name_of_topic)
+        topic = await self.service.get_topic(name_of_topic)
         initial = InitialPosition(body.initialPosition)
         meta = body.keySharedMeta if body.HasField("keySharedMeta") else None
         sticky = meta is not None and meta.keySharedMode == pb.STICKY

@@ -63,11 +63,15 @@ def bundle_of(topic: TopicName, bundles: int = DEFAULT_BUNDLES) -> Bundle:
 
 @dataclass(frozen=True)
 class BrokerInfo:
-    """What a broker registers about itself."""
+    """What a broker registers about itself (its registration and ownership nodes): its
+    ``pulsar://`` and ``http://`` URLs, and its ``pulsar+ssl://`` and ``https://`` ones
+    ("" when it has no such TLS listener, and in nodes written before there were any)."""
 
     broker_id: str  # host:port
     service_url: str
     web_url: str = ""
+    service_url_tls: str = ""
+    web_url_tls: str = ""
 
     @classmethod
     def decode(cls, raw: bytes) -> BrokerInfo | None:
@@ -76,8 +80,14 @@ class BrokerInfo:
             doc = json.loads(raw)
             service_url = str(doc["service_url"])
             broker_id = str(doc.get("broker_id") or service_url.split("://", 1)[-1])
-            return cls(broker_id, service_url, str(doc.get("web_url", "")))
-        except (ValueError, KeyError, TypeError):
+            return cls(
+                broker_id,
+                service_url,
+                str(doc.get("web_url") or ""),
+                str(doc.get("service_url_tls") or ""),
+                str(doc.get("web_url_tls") or ""),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError):
             return None
 
     def encode(self, bundles: int = 0, instance: str = "") -> bytes:
@@ -86,6 +96,8 @@ class BrokerInfo:
                 "broker_id": self.broker_id,
                 "service_url": self.service_url,
                 "web_url": self.web_url,
+                "service_url_tls": self.service_url_tls,
+                "web_url_tls": self.web_url_tls,
                 "bundles": bundles,
                 "instance": instance,
             }
@@ -204,21 +216,25 @@ class Ownership:
 
     async def try_acquire(self, bundle: Bundle) -> str:
         """Take the bundle if nobody has it; returns the owner's service URL either way."""
+        return (await self.acquire(bundle)).service_url
+
+    async def acquire(self, bundle: Bundle) -> BrokerInfo:
+        """Take the bundle if nobody has it; returns its owner either way."""
         if bundle in self.owned:
-            return self.me.service_url
+            return self.me
         try:
             await self.store.create(bundle.path, self._encode(), ephemeral=True)
         except NodeExistsError:
             if await self._remove_if_left_from_earlier_life(bundle.path):
-                return await self.try_acquire(bundle)  # stale, or released meanwhile
-            owner = await self.owner_of(bundle)
+                return await self.acquire(bundle)  # stale, or released meanwhile
+            owner = await self.owner_info(bundle)
             if owner is not None:
                 return owner
-            return await self.try_acquire(bundle)  # released meanwhile
+            return await self.acquire(bundle)  # released meanwhile
         self.owned.add(bundle)
         log.info("now owning bundle %s/%s", bundle.namespace, bundle.name)
         await self._put_registration()
-        return self.me.service_url
+        return self.me
 
     async def release(self, bundle: Bundle) -> None:
         self.owned.discard(bundle)
@@ -243,5 +259,12 @@ class Ownership:
 
     async def least_loaded_broker(self) -> str:
         """The service URL of the registered broker owning the fewest bundles."""
-        candidates = [(r.bundles, r.info.service_url) for r in await registered_brokers(self.store)]
-        return min(candidates)[1] if candidates else self.me.service_url
+        return (await self.least_loaded()).service_url
+
+    async def least_loaded(self) -> BrokerInfo:
+        """The registered broker owning the fewest bundles (by service URL among equals);
+        this one if none is registered."""
+        registrations = await registered_brokers(self.store)
+        if not registrations:
+            return self.me
+        return min(registrations, key=lambda r: (r.bundles, r.info.service_url)).info

@@ -296,6 +296,9 @@ class Policies:
     dispatch_rates: Mapping[str, DispatchRate] = field(default_factory=dict)  # by cluster
     subscription_dispatch_rates: Mapping[str, DispatchRate] = field(default_factory=dict)
     auto_topic_creation: AutoTopicCreationOverride | None = None
+    # Pulsar's auth_policies.namespace_auth: the actions (produce, consume...) granted to
+    # each role on the namespace.
+    namespace_auth: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def with_(self, **changes: Any) -> Policies:
         """A copy with ``changes`` (the admin API changes one policy at a time)."""
@@ -319,6 +322,11 @@ class Policies:
             ),
             "message_ttl_in_seconds": self.message_ttl_in_seconds,
             "retention_policies": self.retention.to_json() if self.retention else None,
+            "auth_policies": {
+                "namespace_auth": {r: list(a) for r, a in sorted(self.namespace_auth.items())},
+                "destination_auth": {},
+                "subscription_auth_roles": {},
+            },
             "deleted": False,
         }
 
@@ -337,6 +345,7 @@ class Policies:
         ttl = doc.get("message_ttl_in_seconds")
         dedup = doc.get("deduplicationEnabled")
         auto = doc.get("autoTopicCreationOverride")
+        auth = _map(_map(doc, "auth_policies"), "namespace_auth")
         return cls(
             bundles=bundles,
             replication_clusters=_names(doc.get("replication_clusters"), "replication_clusters"),
@@ -361,6 +370,9 @@ class Policies:
             auto_topic_creation=(
                 AutoTopicCreationOverride.parse(auto) if auto is not None else None
             ),
+            namespace_auth={
+                role: _names(actions, f"namespace_auth.{role}") for role, actions in auth.items()
+            },
         )
 
 

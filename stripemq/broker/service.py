@@ -208,17 +208,24 @@ class BrokerService:
 
         Raises ``UnsupportedTopicError`` (non-persistent) or ``NamespaceNotFoundError``,
         having written nothing."""
+        return (await self.lookup_broker(topic_name, authoritative)).service_url
+
+    async def lookup_broker(self, topic_name: TopicName, authoritative: bool) -> BrokerInfo:
+        """The broker that serves (or is to serve) the topic, with all its URLs.
+
+        Raises ``UnsupportedTopicError`` (non-persistent) or ``NamespaceNotFoundError``,
+        having written nothing."""
         check_topic_supported(topic_name)
         bundle = await self.bundle_of(topic_name)
-        owner = await self.ownership.owner_of(bundle)
+        owner = await self.ownership.owner_info(bundle)
         if owner is not None:
             return owner
         await self._check_namespace(topic_name)
         if not authoritative:
-            target = await self.ownership.least_loaded_broker()
-            if target != self.service_url:
+            target = await self.ownership.least_loaded()
+            if target.service_url != self.service_url:
                 return target  # that broker takes it when the client asks it (authoritative)
-        return await self.ownership.try_acquire(bundle)
+        return await self.ownership.acquire(bundle)
 
     async def get_topic(self, topic_name: TopicName) -> PersistentTopic:
         """The topic, opened here; ``ServiceNotReady`` if another broker owns its bundle.

@@ -13,12 +13,15 @@ topics answer 503 and ``/admin/v2/brokers/ready`` says it is not ready.
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable, Iterable
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from prometheus_client.registry import Collector
 
 from stripemq.broker.admin import brokers, clusters, lookup, namespaces, persistent, tenants
+from stripemq.broker.admin.access import access_middleware
 from stripemq.broker.admin.rest import AdminContext, Handler, error_middleware
 from stripemq.broker.metrics import add_metrics_routes
 
@@ -48,9 +51,11 @@ async def trailing_slash_middleware(request: web.Request, handler: Handler) -> w
 def build_app(ctx: AdminContext, extra_collectors: Iterable[Collector] = ()) -> web.Application:
     """The application with every resource; ``extra_collectors`` join ``/metrics`` (the
     standalone's bookie)."""
-    app = web.Application(
-        middlewares=[error_middleware, trailing_slash_middleware], client_max_size=MAX_BODY_BYTES
-    )
+    middlewares: list[Middleware] = [error_middleware]
+    if ctx.security is not None and ctx.security.authenticating:
+        middlewares.append(access_middleware(ctx.security))
+    middlewares.append(trailing_slash_middleware)
+    app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
     for module in (clusters, tenants, namespaces, persistent, brokers, lookup):
         module.add_routes(app.router, ctx)
     add_metrics_routes(app.router, ctx, list(extra_collectors))
@@ -58,7 +63,9 @@ def build_app(ctx: AdminContext, extra_collectors: Iterable[Collector] = ()) -> 
 
 
 class WebService:
-    """Binds the web port and serves ``build_app`` until stopped."""
+    """Binds the web port and serves ``build_app`` until stopped; with ``tls_port`` and
+    ``ssl_context``, serves the same application over HTTPS on ``tls_port`` too (Pulsar's
+    webServicePortTls). Both are bound before the broker registers its URLs."""
 
     def __init__(
         self,
@@ -67,10 +74,17 @@ class WebService:
         port: int,
         advertised_host: str,
         extra_collectors: Iterable[Collector] = (),
+        *,
+        tls_port: int | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        if tls_port is not None and ssl_context is None:
+            raise ValueError("an HTTPS port needs an SSL context")
         self._ctx_factory = ctx_factory
         self.host = host
         self.port = port
+        self.tls_port = tls_port
+        self.ssl_context = ssl_context
         self.advertised_host = advertised_host
         self._extra_collectors = list(extra_collectors)
         self._runner: web.AppRunner | None = None
@@ -79,6 +93,13 @@ class WebService:
     @property
     def web_url(self) -> str:
         return f"http://{self.advertised_host}:{self.port}"
+
+    @property
+    def web_url_tls(self) -> str:
+        """``https://`` URL of the HTTPS port ("" without one)."""
+        if self.tls_port is None:
+            return ""
+        return f"https://{self.advertised_host}:{self.tls_port}"
 
     async def start(self) -> None:
         """Bind (port 0 picks a free one) and serve."""
@@ -91,8 +112,13 @@ class WebService:
         addresses = self._runner.addresses  # (host, port, ...) of each bound socket
         if addresses:
             self.port = addresses[0][1]
+        if self.tls_port is not None:
+            bound = len(addresses)  # the runner lists its sites' sockets in order
+            site = web.TCPSite(self._runner, self.host, self.tls_port, ssl_context=self.ssl_context)
+            await site.start()
+            self.tls_port = self._runner.addresses[bound][1]
         self.ctx.web_url = self.web_url
-        log.info("web service on %s", self.web_url)
+        log.info("web service on %s", " and ".join(filter(None, (self.web_url, self.web_url_tls))))
 
     async def stop(self) -> None:
         if self._runner is not None:

@@ -21,6 +21,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from stripemq.cli import environment
 from stripemq.cli.admin_formats import (
     ArgumentFormatError,
     Namespace,
@@ -46,6 +47,7 @@ from stripemq.cli.admin_output import (
     render_table,
 )
 from stripemq.clock import now_ms
+from stripemq.errors import InvalidConfigurationError
 from stripemq.proto.topic_name import TopicName
 
 DEFAULT_ADMIN_URL = "http://127.0.0.1:8080"
@@ -102,8 +104,9 @@ def populate_admin_parser(parser: argparse.ArgumentParser, only: str | None = No
 
 
 def _add_connection_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
-    """``--admin-url``, ``-o`` and ``--request-timeout``: before the group, or (with
-    ``suppress``, so an option given earlier is not reset) after the command."""
+    """``--admin-url``, ``-o``, ``--request-timeout`` and pulsar-admin's authentication and
+    TLS options: before the group, or (with ``suppress``, so an option given earlier is not
+    reset) after the command."""
 
     def default(value: object) -> object:
         return argparse.SUPPRESS if suppress else value
@@ -128,6 +131,39 @@ def _add_connection_options(parser: argparse.ArgumentParser, *, suppress: bool) 
         default=default(60.0),
         metavar="SECONDS",
         help="give up on a request after this long (default 60)",
+    )
+    parser.add_argument(
+        "--auth-plugin",
+        default=default(None),
+        help="authentication plugin: token or org.apache.pulsar.client.impl.auth."
+        "AuthenticationToken (implied by --auth-params)",
+    )
+    parser.add_argument(
+        "--auth-params",
+        default=default(None),
+        help="authentication parameters, sent as a bearer token: token:<jwt>, "
+        f"file:///path/to/token, env:NAME (default: ${environment.AUTH_PARAMS_ENV})",
+    )
+    parser.add_argument(
+        "--tls-trust-cert-path",
+        "--tls-trust-certs-file-path",
+        dest="tls_trust_cert_path",
+        default=default(None),
+        metavar="FILE",
+        help="PEM certificates to trust for an https:// admin URL (default: "
+        f"${environment.TLS_TRUST_CERTS_ENV}, else the system's)",
+    )
+    parser.add_argument(
+        "--tls-allow-insecure",
+        action="store_true",
+        default=default(False),
+        help="accept any broker certificate (no verification)",
+    )
+    parser.add_argument(
+        "--tls-enable-hostname-verification",
+        action="store_true",
+        default=default(False),
+        help="the broker's certificate must name the host of the admin URL",
     )
 
 
@@ -241,6 +277,29 @@ def _add_namespaces(commands: Any) -> None:
     delete.add_argument(
         "-f", "--force", action="store_true", help="delete the topics of the namespace too"
     )
+    _namespace_command(
+        commands, "permissions", "Get the permissions on a namespace", _ns_permissions
+    )
+    grant = _namespace_command(
+        commands,
+        "grant-permission",
+        "Grant permissions on a namespace to a role",
+        _ns_grant_permission,
+    )
+    grant.add_argument("--role", required=True, help="client role to which to grant permissions")
+    grant.add_argument(
+        "--actions",
+        action="append",
+        required=True,
+        help="actions to grant, comma-separated: produce, consume (also functions, sources, "
+        "sinks, packages)",
+    )
+    _namespace_command(
+        commands,
+        "revoke-permission",
+        "Revoke the permissions of a role on a namespace",
+        _ns_revoke_permission,
+    ).add_argument("--role", required=True, help="client role whose permissions to revoke")
 
     retention = _namespace_command(
         commands, "set-retention", "Set the retention policy of a namespace", _ns_set_retention
@@ -812,6 +871,21 @@ def _namespaces_delete(args: argparse.Namespace, client: AdminClient) -> Any:
     return NOTHING
 
 
+def _ns_permissions(args: argparse.Namespace, client: AdminClient) -> Any:
+    return client.get(f"{_ns_path(args)}/permissions").json() or {}
+
+
+def _ns_grant_permission(args: argparse.Namespace, client: AdminClient) -> Any:
+    role = _quote(args.role)
+    client.post(f"{_ns_path(args)}/permissions/{role}", body=split_list(args.actions))
+    return NOTHING
+
+
+def _ns_revoke_permission(args: argparse.Namespace, client: AdminClient) -> Any:
+    client.delete(f"{_ns_path(args)}/permissions/{_quote(args.role)}")
+    return NOTHING
+
+
 def _ns_set_retention(args: argparse.Namespace, client: AdminClient) -> Any:
     path = _ns_path(args)
     body = {
@@ -1229,9 +1303,46 @@ def admin_url(args: argparse.Namespace) -> str:
     return args.admin_url or os.environ.get(ADMIN_URL_ENV) or DEFAULT_ADMIN_URL
 
 
+def admin_client(args: argparse.Namespace) -> AdminClient:
+    """The client the global options describe. The token and TLS helpers are the Python
+    client's (``stripemq.client.auth``, ``stripemq.client.tls``), imported only when
+    asked for, so that a plain command starts without the client.
+
+    Raises:
+        ArgumentFormatError: bad authentication options or an unreadable trust file.
+    """
+    url = admin_url(args)
+    token = None
+    ssl_context = None
+    params = environment.auth_params(args.auth_params)
+    trust = environment.tls_trust_certs(args.tls_trust_cert_path)
+    try:
+        if args.auth_plugin or params:
+            from stripemq.client.auth import authentication_from_params
+
+            authentication = authentication_from_params(args.auth_plugin, params)
+            token = authentication.token if authentication is not None else None
+        secure = trust or args.tls_allow_insecure
+        if url.lower().startswith("https:") or secure:
+            from stripemq.client.tls import client_ssl_context
+
+            ssl_context = client_ssl_context(
+                trust,
+                allow_insecure_connection=args.tls_allow_insecure,
+                validate_hostname=args.tls_enable_hostname_verification,
+            )
+    except InvalidConfigurationError as exc:
+        raise ArgumentFormatError(str(exc)) from None
+    return AdminClient(url, timeout=args.request_timeout, token=token, ssl_context=ssl_context)
+
+
 def run_admin(args: argparse.Namespace) -> int:
     """Run the parsed command; prints its output (or the error) and returns the exit code."""
-    client = AdminClient(admin_url(args), timeout=args.request_timeout)
+    try:
+        client = admin_client(args)
+    except ArgumentFormatError as exc:
+        sys.stderr.write(f"stripemq admin: error: {exc}\n")
+        return 2
     try:
         result = args.handler(args, client)
     except ArgumentFormatError as exc:

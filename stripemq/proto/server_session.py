@@ -5,6 +5,12 @@ States: ``HANDSHAKE`` (the first command must be CONNECT, anything else raises
 ``HandshakeError``: the driver closes the connection) → CONNECT answered with CONNECTED at
 the lower of both protocol versions → ``CONNECTED`` → ``close()`` → ``CLOSED``.
 
+With an ``authenticate`` function, CONNECT's credentials go through it first: a refusal
+(``AuthenticationError``) is answered with ERROR ``AuthenticationError`` and ends the
+session (``ClientRefused``; the driver closes the connection). Later, the driver may ask
+for fresh credentials (``challenge``: AUTH_CHALLENGE); the client's AUTH_RESPONSE goes
+through the same function (``CredentialsRefreshed``, or ``ClientRefused``).
+
 What the session answers itself, in its outbox:
 
 - PING with PONG (PONG is taken silently);
@@ -27,15 +33,18 @@ and ``reserve``s an id while one is being created.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeAlias, TypeVar
 
 from google.protobuf.message import Message
 
+from stripemq.errors import AuthenticationError
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.frames import DEFAULT_MAX_MESSAGE_SIZE, FRAME_PADDING, Frame, command_body
 from stripemq.proto.session import (
     PROTOCOL_VERSION,
+    REFRESH_AUTH_DATA,
     HandshakeError,
     Session,
     SessionState,
@@ -80,8 +89,15 @@ SERVED = (
         pb.BaseCommand.SEND,
         pb.BaseCommand.PING,
         pb.BaseCommand.PONG,
+        pb.BaseCommand.AUTH_RESPONSE,
     }
 )
+# Checks a client's credentials (auth method name, auth data) and returns who it is, or
+# raises ``AuthenticationError``.
+Authenticate = Callable[[str, bytes], Any]
+# The request id Pulsar answers a refused CONNECT with (-1 as Java writes it).
+NO_REQUEST_ID = (1 << 64) - 1
+AUTH_METHOD_TOKEN = "token"
 
 
 # ---------------------------------------------------------------------------- events
@@ -93,6 +109,23 @@ class ClientConnected:
 
     client_version: str
     protocol_version: int
+    principal: Any = None  # what ``authenticate`` returned (None: no authentication)
+    supports_auth_refresh: bool = False
+
+
+@dataclass(frozen=True)
+class ClientRefused:
+    """The client's credentials were refused (at CONNECT or on a refresh): answered with
+    ERROR ``AuthenticationError``; the session is closed and the driver closes the socket."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class CredentialsRefreshed:
+    """AUTH_RESPONSE with valid credentials: who the client is from now on."""
+
+    principal: Any
 
 
 @dataclass(frozen=True)
@@ -158,6 +191,8 @@ class MalformedCommand:
 
 ServerEvent: TypeAlias = (
     ClientConnected
+    | ClientRefused
+    | CredentialsRefreshed
     | Request
     | SendReceived[Any]
     | ConsumerCommand[Any]
@@ -179,8 +214,10 @@ class ServerSession(Session[ServerEvent], Generic[P, C]):
         *,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         protocol_version: int = PROTOCOL_VERSION,
+        authenticate: Authenticate | None = None,
     ) -> None:
         super().__init__(max_message_size + FRAME_PADDING)
+        self.authenticate = authenticate
         self.state = SessionState.HANDSHAKE
         self.server_version = server_version
         self.max_message_size = max_message_size
@@ -214,7 +251,11 @@ class ServerSession(Session[ServerEvent], Generic[P, C]):
             return None
         if kind == pb.BaseCommand.PONG:
             return None
-        if kind not in SERVED:
+        if kind == pb.BaseCommand.AUTH_RESPONSE and self.authenticate is not None:
+            if not isinstance(body, pb.CommandAuthResponse):
+                return MalformedCommand(kind)
+            return self._auth_response(body)
+        if kind not in SERVED or kind == pb.BaseCommand.AUTH_RESPONSE:
             request_id = request_id_of(body)
             if request_id is not None:
                 self._write(
@@ -234,8 +275,14 @@ class ServerSession(Session[ServerEvent], Generic[P, C]):
             return self._to_consumer(kind, body)
         return Request(kind, body, frame)
 
-    def _connect(self, connect: pb.CommandConnect) -> ClientConnected:
+    def _connect(self, connect: pb.CommandConnect) -> ClientConnected | ClientRefused:
         self.client_version = connect.client_version
+        principal = None
+        if self.authenticate is not None:
+            try:
+                principal = self.authenticate(connect.auth_method_name, connect.auth_data)
+            except AuthenticationError as exc:
+                return self._refuse_client(str(exc))
         self.protocol_version = negotiate_version(connect.protocol_version, self.offered_version)
         self._write(
             pb.CommandConnected(
@@ -245,7 +292,45 @@ class ServerSession(Session[ServerEvent], Generic[P, C]):
             )
         )
         self.state = SessionState.CONNECTED
-        return ClientConnected(self.client_version, self.protocol_version)
+        return ClientConnected(
+            self.client_version,
+            self.protocol_version,
+            principal,
+            connect.feature_flags.supports_auth_refresh,
+        )
+
+    def _refuse_client(self, reason: str) -> ClientRefused:
+        self._write(
+            pb.CommandError(request_id=NO_REQUEST_ID, error=pb.AuthenticationError, message=reason)
+        )
+        self.state = SessionState.CLOSED
+        return ClientRefused(reason)
+
+    def challenge(self) -> None:
+        """Ask the client for fresh credentials (AUTH_CHALLENGE, as Pulsar's token refresh);
+        nothing unless connected with authentication."""
+        if self.state is not SessionState.CONNECTED or self.authenticate is None:
+            return
+        self._write(
+            pb.CommandAuthChallenge(
+                server_version=self.server_version,
+                protocol_version=self.protocol_version,
+                challenge=pb.AuthData(
+                    auth_method_name=AUTH_METHOD_TOKEN, auth_data=REFRESH_AUTH_DATA
+                ),
+            )
+        )
+
+    def _auth_response(
+        self, response: pb.CommandAuthResponse
+    ) -> CredentialsRefreshed | ClientRefused:
+        assert self.authenticate is not None
+        data = response.response
+        try:
+            principal = self.authenticate(data.auth_method_name, data.auth_data)
+        except AuthenticationError as exc:
+            return self._refuse_client(str(exc))
+        return CredentialsRefreshed(principal)
 
     def _send(self, send: pb.CommandSend, frame: Frame) -> SendReceived[P] | None:
         producer = self.producers.get(send.producer_id)

@@ -61,7 +61,7 @@ async def test_a_request_whose_handler_fails_unexpectedly_gets_an_error(
     async def broken_lookup(*args: object, **kwargs: object) -> str:
         raise KeyError("injected bug in lookup")
 
-    monkeypatch.setattr(broker.service, "lookup", broken_lookup)
+    monkeypatch.setattr(broker.service, "lookup_broker", broken_lookup)
     conn = await RawConnection.open(broker.port, handshake=True)
     try:
         conn.command(pb.CommandLookupTopic(topic="persistent://public/default/x", request_id=7))

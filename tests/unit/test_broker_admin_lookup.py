@@ -92,3 +92,24 @@ async def test_refusals_write_nothing(app: App, path: str, status: int) -> None:
     answer = await app.call("GET", path)
     assert answer[0] == status and answer[1]["reason"]
     assert await metadata_tree(app.store) == before
+
+
+async def test_lookup_answers_the_owners_tls_urls(app: App) -> None:
+    secure = BrokerInfo(
+        "10.0.0.3:6650",
+        "pulsar://10.0.0.3:6650",
+        "http://10.0.0.3:8080",
+        "pulsar+ssl://10.0.0.3:6651",
+        "https://10.0.0.3:8443",
+    )
+    far = unowned(app, "secure")
+    await app.store.create(bundle_of(far).path, secure.encode(), ephemeral=True)
+    status, data = await app.call("GET", f"{LOOKUP}/{far.local_name}")
+    assert status == 200
+    assert data == {
+        "brokerUrl": secure.service_url,
+        "brokerUrlTls": secure.service_url_tls,
+        "httpUrl": secure.web_url,
+        "httpUrlTls": secure.web_url_tls,
+        "nativeUrl": secure.service_url,
+    }

@@ -72,3 +72,32 @@ async def test_a_restarted_broker_replaces_the_nodes_of_its_earlier_life(
         assert found[1].ephemeral
     assert await later.try_acquire(theirs) == B.service_url
     assert await store.get(theirs.path) == before
+
+
+def test_registrations_carry_the_tls_urls_and_older_ones_still_read() -> None:
+    secure = BrokerInfo(
+        "s:6650", "pulsar://s:6650", "http://s:8080", "pulsar+ssl://s:6651", "https://s:8443"
+    )
+    assert BrokerInfo.decode(secure.encode(bundles=3)) == secure
+    # Written before brokers had TLS URLs: none.
+    older = b'{"broker_id": "a:6650", "service_url": "pulsar://a:6650", "web_url": "http://a:8080"}'
+    assert BrokerInfo.decode(older) == A
+    assert A.service_url_tls == "" and A.web_url_tls == ""
+
+
+async def test_lookups_answer_the_owner_with_all_its_urls(store: MetadataStore) -> None:
+    secure = BrokerInfo(
+        "s:6650", "pulsar://s:6650", "http://s:8080", "pulsar+ssl://s:6651", "https://s:8443"
+    )
+    mine = Ownership(store, A)
+    await mine.register()
+    theirs = Ownership(store, secure)
+    await theirs.register()
+    bundle = bundle_of(TopicName.parse("public/default/x"))
+    assert await theirs.acquire(bundle) == secure
+    assert await mine.acquire(bundle) == secure  # taken: its owner, read back from the node
+    assert await mine.owner_info(bundle) == secure
+    other = bundle_of(TopicName.parse("public/default/y"), 1)
+    assert await mine.acquire(other) == A
+    assert await mine.least_loaded() == A  # one bundle each: by service URL
+    assert await theirs.least_loaded() == A

@@ -1,16 +1,20 @@
 """``/lookup/v2/topic/persistent/{tenant}/{namespace}/{topic}``: Pulsar's HTTP lookup.
 
 Answers Pulsar's LookupData for the broker serving the topic: ``brokerUrl`` and
-``nativeUrl`` (its ``pulsar://`` service URL), ``httpUrl`` (its web service), and the TLS
-URLs empty. A topic whose bundle nobody owns is assigned as the binary protocol's LOOKUP
-assigns it (``rest.serving_broker``): here when ``?authoritative=true`` or when this broker
-is the least loaded, otherwise the request is redirected (307) to the least-loaded broker
-with ``authoritative=true``, which takes it. An unknown tenant or namespace answers 404.
+``nativeUrl`` (its ``pulsar://`` service URL), ``httpUrl`` (its web service), and
+``brokerUrlTls`` and ``httpUrlTls`` (its ``pulsar+ssl://`` and ``https://`` URLs; empty for
+a broker without TLS listeners). A topic whose bundle nobody owns is assigned as the binary
+protocol's LOOKUP assigns it (``rest.serving_broker``): here when ``?authoritative=true`` or
+when this broker is the least loaded, otherwise the request is redirected (307) to the
+least-loaded broker with ``authoritative=true`` (to its ``https://`` URL when the request
+came over HTTPS and it has one), which takes it. An unknown tenant or namespace answers 404.
 ``.../bundle`` answers the topic's bundle range (``0x00000000_0x40000000``), by the
 namespace's own bundle count.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from aiohttp import web
 
@@ -28,9 +32,9 @@ def lookup_data(info: BrokerInfo) -> dict[str, str]:
     """Pulsar's LookupData JSON for a broker."""
     return {
         "brokerUrl": info.service_url,
-        "brokerUrlTls": "",
+        "brokerUrlTls": info.service_url_tls,
         "httpUrl": info.web_url,
-        "httpUrlTls": "",
+        "httpUrlTls": info.web_url_tls,
         "nativeUrl": info.service_url,
     }
 
@@ -41,7 +45,12 @@ def add_routes(router: web.UrlDispatcher, ctx: AdminContext) -> None:
     async def lookup(request: web.Request) -> web.Response:
         owner, picked = await serving_broker(ctx, request, topic_of(request))
         if picked and owner.web_url:
-            raise redirect_to(owner.web_url, request, authoritative=True)
+            secure = request.secure and owner.web_url_tls
+            target = owner.web_url_tls if secure else owner.web_url
+            raise redirect_to(target, request, authoritative=True)
+        me = ctx.service.me
+        if owner.service_url == me.service_url:  # with this broker's TLS URLs
+            owner = replace(owner, service_url_tls=me.service_url_tls, web_url_tls=me.web_url_tls)
         return ok_json(lookup_data(owner))
 
     async def bundle(request: web.Request) -> web.Response:

@@ -18,6 +18,9 @@ Namespaces (``{tenant}/{namespace}``; a bad name answers 412, an unknown one 404
   deletes that subscription from every topic (412 while it has consumers). As in Pulsar,
   both act on the bundles a broker serves, each owner on its own (asked through its bundle
   resource); a bundle nobody serves is left alone.
+- ``GET .../permissions``: the roles granted actions on the namespace (``{"role":
+  ["produce", "consume"]}``); ``POST .../permissions/{role}`` with a list of Pulsar
+  ``AuthAction`` names (``["produce"]``) sets that role's grant, ``DELETE`` removes it.
 - A bundle is named ``0x<start>_0x<end>``, from the namespace's own bundle count
   (``bundles.numBundles`` of its policies): 412 for a range that is not one of its bundles.
 
@@ -90,6 +93,7 @@ from stripemq.broker.policies import (
 from stripemq.broker.topic import PersistentTopic
 from stripemq.errors import BadVersionError, NodeExistsError, NotFoundError
 from stripemq.proto.topic_name import TopicName
+from stripemq.security.authorization import parse_actions
 
 log = logging.getLogger(__name__)
 
@@ -554,6 +558,36 @@ def add_routes(router: web.UrlDispatcher, ctx: AdminContext) -> None:
         await read_policies(ctx.store, namespace)
         return ok_json(await namespace_topics(ctx, namespace))
 
+    async def get_permissions(request: web.Request) -> web.Response:
+        policies, _ = await read_policies(ctx.store, namespace_of(request))
+        return ok_json({role: list(actions) for role, actions in policies.namespace_auth.items()})
+
+    async def grant_permission(request: web.Request) -> web.Response:
+        role = request.match_info["role"]
+        try:
+            actions = parse_actions(await read_json(request))
+        except ValueError as exc:
+            raise precondition_failed(str(exc)) from None
+        await update_policies(
+            ctx,
+            namespace_of(request),
+            lambda p: p.with_(namespace_auth={**p.namespace_auth, role: actions}),
+        )
+        log.info("granted %s on %s to role %s", actions, namespace_of(request), role)
+        return no_content()
+
+    async def revoke_permission(request: web.Request) -> web.Response:
+        role = request.match_info["role"]
+        await update_policies(
+            ctx,
+            namespace_of(request),
+            lambda p: p.with_(
+                namespace_auth={r: a for r, a in p.namespace_auth.items() if r != role}
+            ),
+        )
+        log.info("revoked the permissions of role %s on %s", role, namespace_of(request))
+        return no_content()
+
     async def unload(request: web.Request) -> web.Response:
         namespace = namespace_of(request)
         await read_policies(ctx.store, namespace)
@@ -618,6 +652,9 @@ def add_routes(router: web.UrlDispatcher, ctx: AdminContext) -> None:
     router.add_post(f"{NS}/clearBacklog", on_namespace(CLEAR_BACKLOG))
     router.add_post(f"{NS}/clearBacklog/{{subscription}}", on_namespace(CLEAR_BACKLOG))
     router.add_post(f"{NS}/unsubscribe/{{subscription}}", on_namespace(UNSUBSCRIBE))
+    router.add_get(f"{NS}/permissions", get_permissions)
+    router.add_post(f"{NS}/permissions/{{role}}", grant_permission)
+    router.add_delete(f"{NS}/permissions/{{role}}", revoke_permission)
     for endpoint in POLICY_ENDPOINTS:
         _add_policy_routes(router, ctx, endpoint)
     router.add_put(f"{NS}/{{bundle}}/unload", unload_one)

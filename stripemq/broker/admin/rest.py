@@ -15,6 +15,7 @@ calls to other brokers' admin APIs (``Forwarder``).
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -45,6 +46,7 @@ from stripemq.proto.topic_name import InvalidTopicNameError, TopicName, is_valid
 
 if TYPE_CHECKING:
     from stripemq.broker.config import BrokerConfig
+    from stripemq.broker.security import BrokerSecurity
     from stripemq.broker.server import BrokerServer
     from stripemq.broker.service import BrokerService
 
@@ -54,6 +56,11 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 T = TypeVar("T")
 # How long a call to another broker's admin API may take.
 FORWARD_TIMEOUT_S = 60.0
+# The Authorization header of the request being served (set by ``access_middleware``):
+# calls it makes to other brokers' admin APIs carry it, so the role is checked there too.
+FORWARDED_AUTHORIZATION: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "forwarded_authorization", default=None
+)
 
 
 class RestError(Exception):
@@ -85,6 +92,8 @@ def redirect(location: str) -> RestError:
 
 # Server errors of the binary protocol, as the admin API reports them.
 _STATUS_BY_SERVER_ERROR = {
+    pb.AuthenticationError: 401,
+    pb.AuthorizationError: 403,
     pb.TopicNotFound: 404,
     pb.SubscriptionNotFound: 404,
     pb.ConsumerNotFound: 404,
@@ -291,7 +300,10 @@ class Forwarder:
                 timeout=aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S)
             )
         data = None if body is None else json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"} if data is not None else None
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        authorization = FORWARDED_AUTHORIZATION.get()
+        if authorization:
+            headers["Authorization"] = authorization
         try:
             async with self._session.request(
                 method, url, params=query, data=data, headers=headers
@@ -332,6 +344,8 @@ class AdminContext:
     get_store: Callable[[], MetadataStore | None]
     # The protocol server (its client connections, for /metrics); None while it starts.
     get_server: Callable[[], BrokerServer | None] = lambda: None
+    # Authentication and authorization (None: neither, as in tests that build a context).
+    security: BrokerSecurity | None = None
 
     @property
     def cluster(self) -> str:

@@ -1,0 +1,344 @@
+"""Token authentication and namespace authorization, end to end with the official client.
+
+One in-process standalone with authentication and authorization on (HS256 tokens, the
+superuser ``admin``). The superuser makes the tenant ``acme`` with the admin role
+``acme-admin``; that tenant admin makes ``acme/ns`` and grants ``producer`` the right to
+produce and ``reader`` the right to consume. ``nobody`` holds a valid token and no right.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiohttp
+import pulsar
+import pytest
+
+from stripemq.proto import pulsar_api_pb2 as pb
+from stripemq.security.tokens import create_secret_key, create_token
+from stripemq.standalone import Standalone
+from stripemq.testing.polling import until
+from stripemq.testing.raw_connection import RawConnection
+from stripemq.testing.standalone import in_process_standalone
+
+pytestmark = pytest.mark.integration
+
+T = TypeVar("T")
+SECRET = create_secret_key()
+OTHER_SECRET = create_secret_key()
+NS = "acme/ns"
+REFRESH_CHECK_S = 0.3
+
+
+def token(role: str, *, secret: bytes = SECRET, expires_in_s: int | None = None) -> str:
+    return create_token(subject=role, secret_key=secret, expires_in_s=expires_in_s)
+
+
+@pytest.fixture
+async def node(tmp_path: Path) -> AsyncIterator[Standalone]:
+    settings = {
+        "stats_http_port": 0,
+        "authentication_enabled": "true",
+        "authorization_enabled": "true",
+        "token_secret_key": "data:;base64," + base64.b64encode(SECRET).decode(),
+        "super_user_roles": "admin",
+        "authentication_refresh_check_seconds": str(REFRESH_CHECK_S),
+    }
+    async with in_process_standalone(tmp_path, settings) as standalone:
+        async with Admin(standalone, "admin") as admin:
+            await admin.expect(
+                204,
+                "PUT",
+                "/admin/v2/tenants/acme",
+                {"adminRoles": ["acme-admin"], "allowedClusters": ["standalone"]},
+            )
+        async with Admin(standalone, "acme-admin") as tenant_admin:
+            await tenant_admin.expect(204, "PUT", f"/admin/v2/namespaces/{NS}")
+            await tenant_admin.expect(
+                204, "POST", f"/admin/v2/namespaces/{NS}/permissions/producer", ["produce"]
+            )
+            await tenant_admin.expect(
+                204, "POST", f"/admin/v2/namespaces/{NS}/permissions/reader", ["consume"]
+            )
+        yield standalone
+
+
+class Admin:
+    """HTTP calls to the standalone's admin API as one role (or none)."""
+
+    def __init__(self, node: Standalone, role: str | None, bearer: str | None = None) -> None:
+        self.base = f"http://127.0.0.1:{node.broker_config.web_service_port}"
+        self.headers = {}
+        if role is not None or bearer is not None:
+            self.headers["Authorization"] = f"Bearer {bearer or token(role or '')}"
+        self.session = aiohttp.ClientSession()
+
+    async def __aenter__(self) -> Admin:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.session.close()
+
+    async def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        async with self.session.request(
+            method, self.base + path, json=body, headers=self.headers
+        ) as response:
+            text = await response.text()
+            try:
+                return response.status, await response.json(content_type=None)
+            except ValueError:
+                return response.status, text
+
+    async def expect(self, status: int, method: str, path: str, body: Any = None) -> Any:
+        got, answer = await self.call(method, path, body)
+        assert got == status, f"{method} {path}: {got} {answer}"
+        return answer
+
+
+def service_url(node: Standalone) -> str:
+    return f"pulsar://127.0.0.1:{node.broker_config.broker_service_port}"
+
+
+async def blocking(work: Callable[..., T], *args: Any) -> T:
+    return await asyncio.get_running_loop().run_in_executor(None, work, *args)
+
+
+def official_client(
+    node: Standalone, credentials: Any = None, timeout_s: int = 10
+) -> pulsar.Client:
+    auth = pulsar.AuthenticationToken(credentials) if credentials is not None else None
+    return pulsar.Client(
+        service_url(node), authentication=auth, operation_timeout_seconds=timeout_s
+    )
+
+
+def topic() -> str:
+    return f"persistent://{NS}/t-{uuid.uuid4().hex[:8]}"
+
+
+# ---------------------------------------------------------------- authentication
+
+
+@pytest.mark.parametrize(
+    "credentials",
+    [
+        None,
+        token("producer", secret=OTHER_SECRET),
+        create_token(
+            subject="producer", secret_key=SECRET, expires_in_s=60, now=time.time() - 3600
+        ),
+        "not-a-jwt",
+    ],
+    ids=["no token", "other key", "expired", "garbage"],
+)
+async def test_a_client_without_valid_credentials_is_refused(
+    node: Standalone, credentials: str | None
+) -> None:
+    # On the wire: ERROR AuthenticationError for CONNECT, then the connection closes.
+    conn = await RawConnection.open(node.broker_config.broker_service_port)
+    try:
+        conn.command(
+            pb.CommandConnect(
+                client_version="raw",
+                protocol_version=21,
+                auth_method_name="token" if credentials else "none",
+                auth_data=(credentials or "").encode(),
+            )
+        )
+        frame = await conn.wait_for(pb.BaseCommand.ERROR)
+        assert frame.command.error.error == pb.AuthenticationError
+        await until(lambda: conn.closed_by_peer, "the broker closed the connection")
+    finally:
+        await conn.close()
+
+    # The official client closes a connection refused at CONNECT and tries again (as
+    # against Pulsar) until its operation times out.
+    def attempt() -> None:
+        client = official_client(node, credentials, timeout_s=2)
+        try:
+            client.create_producer(topic())
+        finally:
+            client.close()
+
+    with pytest.raises((pulsar.AuthenticationError, pulsar.Timeout)):
+        await blocking(attempt)
+    # The broker goes on serving the others.
+    good = official_client(node, token("producer"))
+    try:
+        await blocking(lambda: good.create_producer(topic()).send(b"still served"))
+    finally:
+        await blocking(good.close)
+
+
+async def test_http_calls_need_a_valid_bearer_token(node: Standalone) -> None:
+    async with Admin(node, None) as anonymous:
+        status, answer = await anonymous.call("GET", "/admin/v2/clusters")
+        assert status == 401 and "Authentication required" in answer["reason"]
+        # Probes and metrics stay open.
+        assert (await anonymous.call("GET", "/admin/v2/brokers/ready"))[0] == 200
+        assert (await anonymous.call("GET", "/metrics"))[0] == 200
+    async with Admin(node, None, bearer=token("admin", secret=OTHER_SECRET)) as forged:
+        status, answer = await forged.call("GET", "/admin/v2/clusters")
+        assert status == 401 and "signature" in answer["reason"]
+    async with Admin(node, "nobody") as nobody:
+        await nobody.expect(200, "GET", "/admin/v2/clusters")  # any role may read clusters
+
+
+# ---------------------------------------------------------------- authorization
+
+
+async def test_namespace_permissions_decide_who_produces_and_consumes(node: Standalone) -> None:
+    name = topic()
+    producing = official_client(node, token("producer"))
+    reading = official_client(node, token("reader"))
+    stranger = official_client(node, token("nobody"))
+    try:
+        consumer = await blocking(lambda: reading.subscribe(name, "sub"))
+        producer = await blocking(lambda: producing.create_producer(name))
+        await blocking(producer.send, b"granted")
+        message = await blocking(lambda: consumer.receive(timeout_millis=10_000))
+        assert message.data() == b"granted"
+        await blocking(consumer.acknowledge, message)
+
+        with pytest.raises(pulsar.AuthorizationError):
+            await blocking(lambda: producing.subscribe(name, "not-mine"))
+        with pytest.raises(pulsar.AuthorizationError):
+            await blocking(lambda: reading.create_producer(name))
+        with pytest.raises(pulsar.AuthorizationError):
+            await blocking(lambda: stranger.create_producer(name))
+        with pytest.raises(pulsar.AuthorizationError):
+            await blocking(lambda: stranger.subscribe(name, "sub"))
+        # Refused requests leave the connection working.
+        await blocking(producer.send, b"after the refusal")
+    finally:
+        for client in (producing, reading, stranger):
+            await blocking(client.close)
+
+
+async def test_a_revoked_permission_holds_for_the_next_producer(node: Standalone) -> None:
+    name = topic()
+    client = official_client(node, token("producer"))
+    try:
+        await blocking(lambda: client.create_producer(name).send(b"before"))
+        async with Admin(node, "acme-admin") as tenant_admin:
+            await tenant_admin.expect(
+                204, "DELETE", f"/admin/v2/namespaces/{NS}/permissions/producer"
+            )
+            assert await tenant_admin.expect(
+                200, "GET", f"/admin/v2/namespaces/{NS}/permissions"
+            ) == {"reader": ["consume"]}
+        with pytest.raises(pulsar.AuthorizationError):
+            await blocking(lambda: client.create_producer(name))
+    finally:
+        await blocking(client.close)
+
+
+async def test_superuser_tenant_admin_and_plain_role_on_the_admin_api(node: Standalone) -> None:
+    name = topic()
+    async with (
+        Admin(node, "admin") as superuser,
+        Admin(node, "acme-admin") as tenant_admin,
+        Admin(node, "producer") as producer,
+        Admin(node, "reader") as reader,
+        Admin(node, "nobody") as nobody,
+    ):
+        # Tenants: the list and changes are the superuser's; a tenant is its admins' too.
+        assert "acme" in await superuser.expect(200, "GET", "/admin/v2/tenants")
+        await tenant_admin.expect(403, "GET", "/admin/v2/tenants")
+        await tenant_admin.expect(200, "GET", "/admin/v2/tenants/acme")
+        await nobody.expect(403, "GET", "/admin/v2/tenants/acme")
+        await tenant_admin.expect(
+            403, "PUT", "/admin/v2/tenants/other", {"allowedClusters": ["standalone"]}
+        )
+        await superuser.expect(
+            204, "PUT", "/admin/v2/tenants/other", {"allowedClusters": ["standalone"]}
+        )
+        # Namespaces and their policies are the tenant admins'.
+        await tenant_admin.expect(200, "GET", "/admin/v2/namespaces/acme")
+        await producer.expect(403, "GET", f"/admin/v2/namespaces/{NS}")
+        await producer.expect(
+            403, "POST", f"/admin/v2/namespaces/{NS}/permissions/producer", ["consume"]
+        )
+        await tenant_admin.expect(403, "PUT", "/admin/v2/namespaces/other/ns")
+        await tenant_admin.expect(204, "GET", f"/admin/v2/namespaces/{NS}/messageTTL")
+        # Topics: created and deleted by admins, listed and looked up by who may use them.
+        await producer.expect(403, "PUT", f"/admin/v2/persistent/{name[13:]}")
+        await tenant_admin.expect(204, "PUT", f"/admin/v2/persistent/{name[13:]}")
+        assert name in await producer.expect(200, "GET", f"/admin/v2/persistent/{NS}")
+        await nobody.expect(403, "GET", f"/admin/v2/persistent/{NS}")
+        await producer.expect(200, "GET", f"/lookup/v2/topic/persistent/{name[13:]}")
+        await producer.expect(200, "GET", f"/admin/v2/persistent/{name[13:]}/stats")
+        # Subscriptions are the consumers'.
+        await producer.expect(403, "PUT", f"/admin/v2/persistent/{name[13:]}/subscription/s")
+        await reader.expect(204, "PUT", f"/admin/v2/persistent/{name[13:]}/subscription/s")
+        await reader.expect(200, "GET", f"/admin/v2/persistent/{name[13:]}/subscriptions")
+        # Brokers and clusters: writes are the superuser's.
+        await tenant_admin.expect(403, "GET", "/admin/v2/brokers/standalone")
+        await superuser.expect(200, "GET", "/admin/v2/brokers/standalone")
+        await tenant_admin.expect(403, "DELETE", "/admin/v2/clusters/standalone")
+        # A trailing slash is the same resource, with the same rule.
+        await tenant_admin.expect(403, "GET", "/admin/v2/tenants/")
+
+
+# ---------------------------------------------------------------- expiry
+
+
+def connections(node: Standalone) -> list[Any]:
+    assert node.broker is not None and node.broker.server is not None
+    return list(node.broker.server.connections)
+
+
+async def test_expiring_credentials_are_refreshed_on_the_same_connection(
+    node: Standalone,
+) -> None:
+    issued: list[str] = []
+
+    def supplier() -> str:
+        issued.append(token("producer", expires_in_s=2))
+        return issued[-1]
+
+    name = topic()
+    client = official_client(node, supplier)
+    try:
+        producer = await blocking(lambda: client.create_producer(name))
+        [served] = connections(node)
+        first = served.principal
+        assert first is not None and first.expires_at is not None
+        # Past the first token's expiry the broker challenged, and the client answered
+        # with a fresh one from its supplier: same connection, later expiry.
+        await until(
+            lambda: served.principal.expires_at > first.expires_at,
+            "the connection's credentials were refreshed",
+            timeout=15,
+        )
+        assert connections(node) == [served] and not served.writer.is_closing()
+        await blocking(producer.send, b"after the refresh")
+        assert len(issued) >= 2
+    finally:
+        await blocking(client.close)
+
+
+async def test_a_connection_whose_credentials_expire_unrefreshed_is_closed(
+    node: Standalone,
+) -> None:
+    conn = await RawConnection.open(node.broker_config.broker_service_port, handshake=False)
+    try:
+        conn.command(
+            pb.CommandConnect(
+                client_version="raw",
+                protocol_version=21,
+                auth_method_name="token",
+                auth_data=token("producer", expires_in_s=1).encode(),
+            )
+        )
+        await conn.wait_for(pb.BaseCommand.CONNECTED)
+        # It cannot refresh (no feature flag): after expiry the broker closes it.
+        await until(lambda: not connections(node), "the expired connection was closed", timeout=10)
+    finally:
+        await conn.close()
