@@ -30,7 +30,7 @@ USER 10000:10000
 WORKDIR /stripemq
 ENV PYTHONUNBUFFERED=1
 
-EXPOSE 2181 2888 3888 3181 3182 6650 8000 8080
+EXPOSE 2181 2888 3888 3181 3182 6650 6651 8000 8080 8443
 # Clients outside the container reach it through the published ports on localhost.
 CMD ["stripemq", "standalone", "--data-dir", "/stripemq/data/standalone", \
      "-c", "bind_address=0.0.0.0", "-c", "advertised_address=localhost"]

@@ -45,10 +45,16 @@ from stripemq.errors import StripeMQError
 Doc = dict[str, Any]
 
 # The settings of each role that are ports it listens on, and the setting of the address
-# those ports are bound to. Every ``*_port`` setting of a role must be listed here, so a
-# new one is classified (a listening port the pod must declare, or not).
+# those ports are bound to. Every ``*_port`` and ``*_port_tls`` setting of a role must be
+# listed here, so a new one is classified (a listening port the pod must declare, or not).
+# An unset one (None: the TLS ports while TLS is off) opens no port.
 LISTEN_PORTS: dict[str, tuple[str, ...]] = {
-    "broker": ("broker_service_port", "web_service_port"),
+    "broker": (
+        "broker_service_port",
+        "web_service_port",
+        "broker_service_port_tls",
+        "web_service_port_tls",
+    ),
     "bookie": ("bookie_port", "binary_add_port", "stats_http_port"),
     "autorecovery": ("stats_http_port",),
     "zookeeper": ("client_port", "peer_port", "leader_election_port", "stats_http_port"),
@@ -261,10 +267,13 @@ def test_processes_listen_where_their_pods_declare(docs: list[Doc]) -> None:
     for process in _processes(docs):
         where = f"{_name(process.workload)} (stripemq {process.role})"
         listening = {getattr(process.config, name) for name in LISTEN_PORTS[process.role]}
+        listening.discard(None)
         declared = {p["containerPort"] for p in process.container.get("ports", [])}
         assert listening == declared, f"{where}: listens on {listening}, declares {declared}"
         port_settings = {
-            item.name for item in describe(type(process.config)) if item.name.endswith("_port")
+            item.name
+            for item in describe(type(process.config))
+            if item.name.endswith(("_port", "_port_tls"))
         }
         assert port_settings == set(LISTEN_PORTS[process.role]), (
             f"{process.role}: classify its port settings in LISTEN_PORTS: {port_settings}"

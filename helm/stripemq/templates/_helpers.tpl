@@ -129,6 +129,198 @@ imagePullPolicy: {{ .image.pullPolicy | default "IfNotPresent" }}
 {{- printf "http://%s:%d" (include "stripemq.broker.serviceHost" .) (int .Values.broker.ports.http) -}}
 {{- end -}}
 
+{{- define "stripemq.broker.serviceUrlTls" -}}
+{{- printf "pulsar+ssl://%s:%d" (include "stripemq.broker.serviceHost" .) (int .Values.broker.ports.pulsarssl) -}}
+{{- end -}}
+
+{{- define "stripemq.broker.webServiceUrlTls" -}}
+{{- printf "https://%s:%d" (include "stripemq.broker.serviceHost" .) (int .Values.broker.ports.https) -}}
+{{- end -}}
+
+{{/* The ports of both broker Services: the plain ones, and the TLS ones when the brokers serve TLS. */}}
+{{- define "stripemq.broker.servicePorts" }}
+- name: http
+  port: {{ .Values.broker.ports.http }}
+  targetPort: http
+- name: pulsar
+  port: {{ .Values.broker.ports.pulsar }}
+  targetPort: pulsar
+{{- if include "stripemq.tls.broker" . }}
+- name: pulsarssl
+  port: {{ .Values.broker.ports.pulsarssl }}
+  targetPort: pulsarssl
+- name: https
+  port: {{ .Values.broker.ports.https }}
+  targetPort: https
+{{- end }}
+{{- end -}}
+
+{{/*
+Security (tls.*, auth.*): the Secrets the pods mount, where, and the files the settings
+name. The Secrets are made beforehand; their default names are the Pulsar chart's.
+*/}}
+
+{{/* "true" when the brokers serve TLS (tls.enabled and tls.broker.enabled, as in the
+Pulsar chart), else "". */}}
+{{- define "stripemq.tls.broker" -}}
+{{- if and .Values.tls.enabled .Values.tls.broker.enabled -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{- define "stripemq.tls.certSecret" -}}
+{{- .Values.tls.broker.certSecret | default (printf "%s-tls-broker" .Release.Name) -}}
+{{- end -}}
+
+{{- define "stripemq.tls.caSecret" -}}
+{{- .Values.tls.caSecret | default (include "stripemq.tls.certSecret" .) -}}
+{{- end -}}
+
+{{/* The Secret holding the key the brokers check tokens with (key SECRETKEY or PUBLICKEY). */}}
+{{- define "stripemq.auth.keySecret" -}}
+{{- $jwt := .Values.auth.authentication.jwt -}}
+{{- if $jwt.usingSecretKey -}}
+{{- $jwt.secretKeySecret | default (printf "%s-token-symmetric-key" .Release.Name) -}}
+{{- else -}}
+{{- $jwt.publicKeySecret | default (printf "%s-token-asymmetric-key" .Release.Name) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret holding the toolset's token (key TOKEN). */}}
+{{- define "stripemq.auth.clientTokenSecret" -}}
+{{- .Values.auth.authentication.jwt.clientTokenSecret | default (printf "%s-token-%s" .Release.Name .Values.auth.superUsers.client) -}}
+{{- end -}}
+
+{{/* Mount points, and files under them. Read with (include "stripemq.securityPaths" . | fromYaml). */}}
+{{- define "stripemq.securityPaths" -}}
+keys: /stripemq/keys
+secretKey: token/secret.key
+publicKey: token/public.key
+tokens: /stripemq/tokens
+clientToken: client/token
+brokerCerts: /stripemq/certs/broker
+ca: /stripemq/certs/ca
+{{- end -}}
+
+{{/* The broker settings of tls.* and auth.* as YAML (variable: value), nothing when both are
+off. The broker's ConfigMap reads it with fromYaml. */}}
+{{- define "stripemq.broker.securitySettings" -}}
+{{- $paths := include "stripemq.securityPaths" . | fromYaml -}}
+{{- if include "stripemq.tls.broker" . }}
+STRIPEMQ_BROKER_SERVICE_PORT_TLS: {{ .Values.broker.ports.pulsarssl }}
+STRIPEMQ_WEB_SERVICE_PORT_TLS: {{ .Values.broker.ports.https }}
+STRIPEMQ_TLS_CERTIFICATE_FILE_PATH: {{ printf "%s/tls.crt" $paths.brokerCerts | quote }}
+STRIPEMQ_TLS_KEY_FILE_PATH: {{ printf "%s/tls.key" $paths.brokerCerts | quote }}
+STRIPEMQ_TLS_TRUST_CERTS_FILE_PATH: {{ printf "%s/ca.crt" $paths.ca | quote }}
+{{- end }}
+{{- with .Values.auth }}
+{{- if .authentication.enabled }}
+STRIPEMQ_AUTHENTICATION_ENABLED: "true"
+STRIPEMQ_AUTHENTICATION_PROVIDERS: "token"
+{{- if .authentication.jwt.usingSecretKey }}
+STRIPEMQ_TOKEN_SECRET_KEY: {{ printf "file://%s/%s" $paths.keys $paths.secretKey | quote }}
+{{- else }}
+STRIPEMQ_TOKEN_PUBLIC_KEY: {{ printf "file://%s/%s" $paths.keys $paths.publicKey | quote }}
+STRIPEMQ_TOKEN_PUBLIC_ALG: {{ .authentication.jwt.publicAlg | quote }}
+{{- end }}
+{{- if .authorization.enabled }}
+STRIPEMQ_AUTHORIZATION_ENABLED: "true"
+STRIPEMQ_SUPER_USER_ROLES: {{ .superUsers | values | compact | uniq | sortAlpha | join "," | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The broker pod's Secret volumes (the token key; the TLS certificate and CA). */}}
+{{- define "stripemq.broker.securityVolumes" -}}
+{{- $paths := include "stripemq.securityPaths" . | fromYaml -}}
+{{- if .Values.auth.authentication.enabled }}
+- name: token-keys
+  secret:
+    secretName: {{ include "stripemq.auth.keySecret" . }}
+    defaultMode: 0440
+    items:
+      {{- if .Values.auth.authentication.jwt.usingSecretKey }}
+      - key: SECRETKEY
+        path: {{ $paths.secretKey }}
+      {{- else }}
+      - key: PUBLICKEY
+        path: {{ $paths.publicKey }}
+      {{- end }}
+{{- end }}
+{{- if include "stripemq.tls.broker" . }}
+- name: broker-certs
+  secret:
+    secretName: {{ include "stripemq.tls.certSecret" . }}
+    defaultMode: 0440
+    items:
+      - key: tls.crt
+        path: tls.crt
+      - key: tls.key
+        path: tls.key
+{{- include "stripemq.tls.caVolume" . }}
+{{- end }}
+{{- end -}}
+
+{{- define "stripemq.broker.securityMounts" -}}
+{{- $paths := include "stripemq.securityPaths" . | fromYaml -}}
+{{- if .Values.auth.authentication.enabled }}
+- name: token-keys
+  mountPath: {{ $paths.keys }}
+  readOnly: true
+{{- end }}
+{{- if include "stripemq.tls.broker" . }}
+- name: broker-certs
+  mountPath: {{ $paths.brokerCerts }}
+  readOnly: true
+- name: ca
+  mountPath: {{ $paths.ca }}
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/* The CA's Secret volume, in the brokers' pods and the toolset's. */}}
+{{- define "stripemq.tls.caVolume" }}
+- name: ca
+  secret:
+    secretName: {{ include "stripemq.tls.caSecret" . }}
+    defaultMode: 0440
+    items:
+      - key: ca.crt
+        path: ca.crt
+{{- end -}}
+
+{{/* The toolset pod's Secret volumes (its token; the CA it trusts the brokers by). */}}
+{{- define "stripemq.toolset.securityVolumes" -}}
+{{- $paths := include "stripemq.securityPaths" . | fromYaml -}}
+{{- if .Values.auth.authentication.enabled }}
+- name: client-token
+  secret:
+    secretName: {{ include "stripemq.auth.clientTokenSecret" . }}
+    defaultMode: 0440
+    items:
+      - key: TOKEN
+        path: {{ $paths.clientToken }}
+{{- end }}
+{{- if include "stripemq.tls.broker" . }}
+{{- include "stripemq.tls.caVolume" . }}
+{{- end }}
+{{- end -}}
+
+{{- define "stripemq.toolset.securityMounts" -}}
+{{- $paths := include "stripemq.securityPaths" . | fromYaml -}}
+{{- if .Values.auth.authentication.enabled }}
+- name: client-token
+  mountPath: {{ $paths.tokens }}
+  readOnly: true
+{{- end }}
+{{- if include "stripemq.tls.broker" . }}
+- name: ca
+  mountPath: {{ $paths.ca }}
+  readOnly: true
+{{- end }}
+{{- end -}}
+
 {{/*
 A broker setting's value: from broker.configData by its stripemq or Pulsar name, else its
 default. (dict "root" $ "name" "managed_ledger_default_ensemble_size").
@@ -255,6 +447,18 @@ The checks across values that values.schema.json cannot express. Included by eve
 template that depends on them, so a bad combination fails the render with one message.
 */}}
 {{- define "stripemq.checks" -}}
+{{- if and .Values.auth.authorization.enabled (not .Values.auth.authentication.enabled) -}}
+{{- fail "auth.authorization.enabled needs auth.authentication.enabled: the roles authorized are those clients authenticate as" -}}
+{{- end -}}
+{{- if .Values.auth.authentication.enabled -}}
+{{- if ne .Values.auth.authentication.provider "jwt" -}}
+{{- fail (printf "auth.authentication.provider %q: the one provider is jwt" .Values.auth.authentication.provider) -}}
+{{- end -}}
+{{- $token := include "stripemq.auth.clientTokenSecret" . -}}
+{{- if and .Values.components.toolset (not (regexMatch "^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$" $token)) -}}
+{{- fail (printf "auth.authentication.jwt.clientTokenSecret: %q is no Kubernetes Secret name (lowercase letters, digits, '-' and '.'): name the toolset's token Secret there" $token) -}}
+{{- end -}}
+{{- end -}}
 {{- if .Values.components.zookeeper -}}
 {{- $servers := int .Values.zookeeper.replicaCount -}}
 {{- if eq (mod $servers 2) 0 -}}
