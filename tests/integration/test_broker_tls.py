@@ -14,12 +14,14 @@ import aiohttp
 import pulsar
 import pytest
 
+import stripemq.client.aio as aio
 from stripemq.broker.app import BrokerApp
 from stripemq.broker.config import BrokerConfig
 from stripemq.broker.ownership import registered_brokers
 from stripemq.broker.server import BrokerServer
 from stripemq.client.tls import client_ssl_context
 from stripemq.config import load_config
+from stripemq.errors import InvalidConfigurationError
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.frames import encode_command
 from stripemq.proto.topic_name import TopicName
@@ -105,6 +107,24 @@ async def test_the_official_client_produces_and_consumes_over_tls(
     # The plain port serves as before, the same topics.
     plain = f"pulsar://127.0.0.1:{server_of(node).port}"
     assert await asyncio.to_thread(round_trip, plain, "secure", 3) == ["m0", "m1", "m2"]
+
+
+async def test_stripemq_client_produces_and_consumes_over_tls(
+    node: Standalone, pki: TlsFiles
+) -> None:
+    options = {"tls_trust_certs_file_path": str(pki.ca_cert), "tls_validate_hostname": True}
+    async with aio.Client(tls_url(node), operation_timeout_seconds=10, **options) as client:
+        consumer = await client.subscribe("tls-own-client", "sub")
+        producer = await client.create_producer("tls-own-client")
+        await producer.send(b"over tls")
+        message = await consumer.receive(timeout_millis=10_000)
+        assert message.data() == b"over tls"
+        # Every connection it made is a TLS one (lookups named the TLS URL).
+        served = server_of(node).connections
+        assert served and all(c.writer.get_extra_info("ssl_object") for c in served)
+    async with aio.Client(tls_url(node), operation_timeout_seconds=3) as untrusting:
+        with pytest.raises(InvalidConfigurationError):
+            await untrusting.create_producer("tls-own-client")
 
 
 async def test_a_client_that_does_not_trust_the_ca_is_refused(

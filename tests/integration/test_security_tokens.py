@@ -1,4 +1,5 @@
-"""Token authentication and namespace authorization, end to end with the official client.
+"""Token authentication and namespace authorization, end to end with the official client
+and with ``stripemq.client``.
 
 One in-process standalone with authentication and authorization on (HS256 tokens, the
 superuser ``admin``). The superuser makes the tenant ``acme`` with the admin role
@@ -20,6 +21,8 @@ import aiohttp
 import pulsar
 import pytest
 
+import stripemq.client.aio as aio
+from stripemq.errors import AuthenticationError, AuthorizationError
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.security.tokens import create_secret_key, create_token
 from stripemq.standalone import Standalone
@@ -342,3 +345,68 @@ async def test_a_connection_whose_credentials_expire_unrefreshed_is_closed(
         await until(lambda: not connections(node), "the expired connection was closed", timeout=10)
     finally:
         await conn.close()
+
+
+# ---------------------------------------------------------------- stripemq.client
+
+
+def own_client(node: Standalone, credentials: Any = None) -> aio.Client:
+    auth = aio.AuthenticationToken(credentials) if credentials is not None else None
+    return aio.Client(service_url(node), authentication=auth, operation_timeout_seconds=10)
+
+
+async def test_stripemq_client_produces_and_consumes_with_its_roles(node: Standalone) -> None:
+    name = topic()
+    async with (
+        own_client(node, token("reader")) as reading,
+        own_client(node, token("producer")) as producing,
+    ):
+        consumer = await reading.subscribe(name, "sub")
+        producer = await producing.create_producer(name)
+        await producer.send(b"granted")
+        message = await consumer.receive(timeout_millis=10_000)
+        assert message.data() == b"granted"
+        await consumer.acknowledge(message)
+        with pytest.raises(AuthorizationError):
+            await producing.subscribe(name, "not-mine")
+        with pytest.raises(AuthorizationError):
+            await reading.create_producer(name)
+        await producer.send(b"after the refusal")  # the connection carries on
+
+
+@pytest.mark.parametrize(
+    "credentials",
+    [None, token("producer", secret=OTHER_SECRET), "not-a-jwt"],
+    ids=["no token", "other key", "garbage"],
+)
+async def test_stripemq_client_is_refused_at_once_without_valid_credentials(
+    node: Standalone, credentials: str | None
+) -> None:
+    loop = asyncio.get_running_loop()
+    async with own_client(node, credentials) as client:
+        started = loop.time()
+        with pytest.raises(AuthenticationError):
+            await client.create_producer(topic())
+        # Refused, not retried until the operation timeout (10 s).
+        assert loop.time() - started < 5
+
+
+async def test_stripemq_client_refreshes_expiring_credentials(node: Standalone) -> None:
+    issued: list[str] = []
+
+    def supplier() -> str:
+        issued.append(token("producer", expires_in_s=2))
+        return issued[-1]
+
+    async with own_client(node, supplier) as client:
+        producer = await client.create_producer(topic())
+        [served] = connections(node)
+        first = served.principal
+        assert first is not None and first.expires_at is not None
+        await until(
+            lambda: served.principal.expires_at > first.expires_at,
+            "the connection's credentials were refreshed",
+            timeout=15,
+        )
+        assert connections(node) == [served]
+        await producer.send(b"after the refresh")
