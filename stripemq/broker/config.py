@@ -419,6 +419,8 @@ class BrokerConfig:
             raise ConfigError("managed_ledger_default_mark_delete_rate_limit must be > 0")
         if self.delayed_delivery_tick_time_millis < 0:
             raise ConfigError("delayed_delivery_tick_time_millis must be >= 0")
+        if self.authentication_refresh_check_seconds <= 0:
+            raise ConfigError("authentication_refresh_check_seconds must be > 0")
         self._validate_policy_defaults()
         self._validate_tls()
         self.managed_ledger_config().validate()

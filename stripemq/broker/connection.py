@@ -69,7 +69,7 @@ from stripemq.proto.server_session import (
     UnsupportedCommand,
 )
 from stripemq.proto.session import Keepalive, Liveness
-from stripemq.proto.topic_name import TopicName
+from stripemq.proto.topic_name import TopicName, is_valid_name
 from stripemq.security.authentication import AuthenticatedRole
 from stripemq.security.authorization import Need
 
@@ -132,6 +132,7 @@ class ServerConnection:
         self.principal: AuthenticatedRole | None = None
         self._supports_auth_refresh = False
         self._challenged_at: float | None = None
+        self._expiry_watch: asyncio.Task[None] | None = None
         self._refusal_logged = False
         self.max_pending_publishes = max_pending_publishes
         self.keepalive = Keepalive(keepalive_s, asyncio.get_running_loop().time())
@@ -327,11 +328,18 @@ class ServerConnection:
     def _authenticated(self, principal: AuthenticatedRole | None, refreshes: bool) -> None:
         self.principal = principal
         self._supports_auth_refresh = refreshes
-        if principal is not None and principal.expires_at is not None:
-            assert self.security is not None
-            task = asyncio.ensure_future(self._watch_credentials(self.security.refresh_check_s))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        self._watch_expiry()
+
+    def _watch_expiry(self) -> None:
+        """Start watching the credentials' expiry, once, as soon as they have one."""
+        principal = self.principal
+        if principal is None or principal.expires_at is None or self._expiry_watch is not None:
+            return
+        assert self.security is not None
+        task = asyncio.ensure_future(self._watch_credentials(self.security.refresh_check_s))
+        self._expiry_watch = task
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _refreshed(self, principal: AuthenticatedRole) -> None:
         """Fresh credentials: they must prove the same role (Pulsar's rule)."""
@@ -341,6 +349,7 @@ class ServerConnection:
         log.debug("%s refreshed its credentials", self.peer)
         self._challenged_at = None
         self.principal = principal
+        self._watch_expiry()  # the first credentials may not have expired at all
 
     async def _authorize(self, need: Need, topic: TopicName) -> None:
         """Raise ``AuthorizationError`` unless the client's role may ``need`` on ``topic``."""
@@ -443,6 +452,9 @@ class ServerConnection:
 
     async def _on_topics_of_namespace(self, body: pb.CommandGetTopicsOfNamespace) -> None:
         topics = []
+        tenant, _, local = body.namespace.partition("/")
+        if not (is_valid_name(tenant) and is_valid_name(local)):
+            raise BrokerError(pb.InvalidTopicName, f"invalid namespace {body.namespace!r}")
         if self.security is not None:
             await self.security.check(Need.LOOKUP, self.principal, body.namespace)
         if body.mode != pb.CommandGetTopicsOfNamespace.NON_PERSISTENT:
@@ -469,6 +481,8 @@ class ServerConnection:
             raise BrokerError(pb.ProducerBusy, f"producer id {body.producer_id} is in use")
         name_of_topic = TopicName.parse(body.topic)
         await self._authorize(Need.PRODUCE, name_of_topic)
+        if body.initial_subscription_name:
+            await self._authorize(Need.CONSUME, name_of_topic)  # it makes a subscription
         topic = await self.service.get_topic(name_of_topic)
         name = body.producer_name or generate_producer_name()
         if body.initial_subscription_name and body.initial_subscription_name not in (

@@ -22,7 +22,12 @@ from prometheus_client.registry import Collector
 
 from stripemq.broker.admin import brokers, clusters, lookup, namespaces, persistent, tenants
 from stripemq.broker.admin.access import access_middleware
-from stripemq.broker.admin.rest import AdminContext, Handler, error_middleware
+from stripemq.broker.admin.rest import (
+    AdminContext,
+    Handler,
+    error_middleware,
+    without_trailing_slash,
+)
 from stripemq.broker.metrics import add_metrics_routes
 
 log = logging.getLogger(__name__)
@@ -34,13 +39,10 @@ MAX_BODY_BYTES = 1024 * 1024
 @web.middleware
 async def trailing_slash_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """A path no route matches that ends with ``/`` is served as the path without it."""
-    path = request.rel_url.raw_path
-    if request.match_info.http_exception is None or len(path) < 2 or not path.endswith("/"):
+    found = await without_trailing_slash(request)
+    if found is None:
         return await handler(request)
-    stripped = request.clone(rel_url=request.rel_url.with_path(path.rstrip("/"), encoded=True))
-    match = await request.app.router.resolve(stripped)
-    if match.http_exception is not None:
-        return await handler(request)
+    stripped, match = found
     # What aiohttp's own normalize_path_middleware does (the route found for the rewritten
     # path); this middleware is the innermost, so calling the route's handler skips none.
     match.add_app(request.app)

@@ -31,8 +31,9 @@ from collections.abc import Callable
 from urllib.parse import unquote, urlsplit
 
 from stripemq.errors import AuthenticationError, InvalidConfigurationError
+from stripemq.proto.session import AUTH_METHOD_TOKEN
 
-TOKEN_METHOD = "token"
+TOKEN_METHOD = AUTH_METHOD_TOKEN
 
 # What --auth-plugin accepts for token authentication: Pulsar's class name and short name.
 TOKEN_PLUGINS = frozenset({"token", "org.apache.pulsar.client.impl.auth.AuthenticationToken"})

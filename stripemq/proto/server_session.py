@@ -43,6 +43,7 @@ from stripemq.errors import AuthenticationError
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.frames import DEFAULT_MAX_MESSAGE_SIZE, FRAME_PADDING, Frame, command_body
 from stripemq.proto.session import (
+    AUTH_METHOD_TOKEN,
     PROTOCOL_VERSION,
     REFRESH_AUTH_DATA,
     HandshakeError,
@@ -97,7 +98,6 @@ SERVED = (
 Authenticate = Callable[[str, bytes], Any]
 # The request id Pulsar answers a refused CONNECT with (-1 as Java writes it).
 NO_REQUEST_ID = (1 << 64) - 1
-AUTH_METHOD_TOKEN = "token"
 
 
 # ---------------------------------------------------------------------------- events

@@ -36,6 +36,8 @@ PROTOCOL_VERSION = 20
 # The AUTH_CHALLENGE data that asks a client for refreshed credentials (Pulsar's
 # AuthData.REFRESH_AUTH_DATA).
 REFRESH_AUTH_DATA = b"PulsarAuthRefresh"
+# The auth method name of token authentication (CONNECT's auth_method_name).
+AUTH_METHOD_TOKEN = "token"
 
 E = TypeVar("E")
 

@@ -27,8 +27,10 @@ _NAME_PART = re.compile(r"[-=:.\w]+", re.ASCII)
 
 def is_valid_name(name: str) -> bool:
     """Whether ``name`` may name a tenant, a namespace (its local part) or a cluster: the
-    one check of such names, for the broker, its admin API and the admin CLI alike."""
-    return _NAME_PART.fullmatch(name) is not None
+    one check of such names, for the broker, its admin API and the admin CLI alike. ``.``
+    and ``..`` match Pulsar's pattern but name no node of a metadata path (ZooKeeper
+    refuses them too), so they are refused here."""
+    return _NAME_PART.fullmatch(name) is not None and name not in (".", "..")
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from stripemq.errors import AuthenticationError, ConfigError
+from stripemq.proto.session import AUTH_METHOD_TOKEN
 from stripemq.security.tokens import TokenError, TokenVerifier, read_key_spec
 
 if TYPE_CHECKING:
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TOKEN_METHOD = "token"
+TOKEN_METHOD = AUTH_METHOD_TOKEN
 NO_AUTH_METHOD = "none"  # what clients without an authentication plugin send
 # Pulsar's class names of the token provider (broker side and client side): a config or a
 # client naming them means "token" here.

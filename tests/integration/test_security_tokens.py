@@ -410,3 +410,71 @@ async def test_stripemq_client_refreshes_expiring_credentials(node: Standalone) 
         )
         assert connections(node) == [served]
         await producer.send(b"after the refresh")
+
+
+# ---------------------------------------------------------------- on the wire
+
+
+async def raw_connection(node: Standalone, credentials: str) -> RawConnection:
+    conn = await RawConnection.open(node.broker_config.broker_service_port)
+    conn.command(
+        pb.CommandConnect(
+            client_version="raw",
+            protocol_version=21,
+            auth_method_name="token",
+            auth_data=credentials.encode(),
+        )
+    )
+    await conn.wait_for(pb.BaseCommand.CONNECTED)
+    return conn
+
+
+async def test_a_producer_may_not_make_a_subscription_with_initial_subscription_name(
+    node: Standalone,
+) -> None:
+    conn = await raw_connection(node, token("producer"))
+    try:
+        conn.command(
+            pb.CommandProducer(
+                topic=topic(), producer_id=1, request_id=1, initial_subscription_name="sneaky"
+            )
+        )
+        error = (await conn.expect(pb.BaseCommand.ERROR)).error
+        assert error.error == pb.AuthorizationError and "consume" in error.message
+    finally:
+        await conn.close()
+
+
+async def test_a_malformed_namespace_is_refused_before_any_lookup(node: Standalone) -> None:
+    conn = await raw_connection(node, token("admin"))
+    try:
+        for request_id, namespace in enumerate(["", "acme/..", "a/b/c"], start=1):
+            conn.command(pb.CommandGetTopicsOfNamespace(request_id=request_id, namespace=namespace))
+            error = (await conn.expect(pb.BaseCommand.ERROR)).error
+            assert error.error == pb.InvalidTopicName, namespace
+    finally:
+        await conn.close()
+    async with Admin(node, "nobody") as nobody:
+        status, answer = await nobody.call("GET", "/admin/v2/namespaces/bad%20tenant")
+        assert status == 412 and "Invalid tenant name" in answer["reason"]
+        status, answer = await nobody.call("GET", "/admin/v2/persistent/acme/ns%2F../t/stats")
+        assert status == 412, answer  # never a 500 with the store's path in it
+
+
+async def test_credentials_refreshed_unprompted_to_expiring_ones_are_watched(
+    node: Standalone,
+) -> None:
+    conn = await raw_connection(node, token("producer"))  # never expires
+    try:
+        expiring = token("producer", expires_in_s=1).encode()
+        conn.command(
+            pb.CommandAuthResponse(
+                client_version="raw",
+                protocol_version=21,
+                response=pb.AuthData(auth_method_name="token", auth_data=expiring),
+            )
+        )
+        # The client said nothing of refreshing: once these expire it is disconnected.
+        await until(lambda: conn.closed_by_peer, "the connection was closed", timeout=10)
+    finally:
+        await conn.close()

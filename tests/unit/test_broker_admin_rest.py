@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from unittest import mock
 
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
 
 from stripemq.broker.admin.rest import (
+    FORWARDED_AUTHORIZATION,
     Forwarder,
     RestError,
     error_middleware,
@@ -20,10 +22,12 @@ from stripemq.broker.admin.rest import (
     ok_json,
     read_json,
     redirect_to,
+    redirect_to_broker,
     topic_of,
     topic_url,
 )
 from stripemq.broker.namespaces import NamespaceNotFoundError
+from stripemq.broker.ownership import BrokerInfo
 from stripemq.broker.policies import InvalidPolicyError
 from stripemq.errors import NodeExistsError
 from stripemq.proto.topic_name import TopicName
@@ -175,3 +179,44 @@ async def test_the_forwarder_answers_json_text_or_the_remote_error(client: TestC
         with pytest.raises(RestError) as unreachable:
             await forwarder.call("GET", f"http://127.0.0.1:{free_port()}/x")
         assert unreachable.value.status == 502
+
+
+async def test_the_forwarder_carries_the_callers_token_across_redirects() -> None:
+    """aiohttp drops Authorization on a redirect to another host or port; the forwarder
+    follows redirects itself, so the broker at the end checks the same role."""
+    seen: list[str | None] = []
+
+    async def owner(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Authorization"))
+        return web.json_response({"body": await request.json(), "query": dict(request.query)})
+
+    owner_app = web.Application()
+    owner_app.router.add_post("/x", owner)
+    async with TestClient(TestServer(owner_app)) as owner_client:
+        target = str(owner_client.make_url("/x"))
+
+        async def moved(request: web.Request) -> web.Response:
+            seen.append(request.headers.get("Authorization"))
+            raise web.HTTPTemporaryRedirect(f"{target}?authoritative=true")
+
+        first_app = web.Application()
+        first_app.router.add_post("/x", moved)
+        async with TestClient(TestServer(first_app)) as first_client:
+            token = FORWARDED_AUTHORIZATION.set("Bearer role-token")
+            try:
+                async with Forwarder() as forwarder:
+                    answer = await forwarder.call(
+                        "POST", str(first_client.make_url("/x")), body={"k": 1}
+                    )
+            finally:
+                FORWARDED_AUTHORIZATION.reset(token)
+    assert seen == ["Bearer role-token", "Bearer role-token"]
+    assert answer == {"body": {"k": 1}, "query": {"authoritative": "true"}}
+
+
+def test_a_redirect_to_another_broker_keeps_https_for_https_requests() -> None:
+    owner = BrokerInfo("b:6650", "pulsar://b:6650", "http://b:8080", web_url_tls="https://b:8443")
+    for secure, expected in ((True, "https://b:8443/p"), (False, "http://b:8080/p")):
+        request = make_mocked_request("GET", "/p")
+        with mock.patch.object(type(request), "secure", new=secure):
+            assert redirect_to_broker(owner, request).location == expected

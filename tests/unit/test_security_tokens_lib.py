@@ -748,3 +748,10 @@ def test_an_authenticated_role_expires_at_its_exp() -> None:
     assert not role.expired(NOW - 1)
     assert role.expired(NOW) and role.expired(NOW + 1)
     assert not AuthenticatedRole("a", "token").expired(float("inf"))
+
+
+@pytest.mark.parametrize("seconds", [0.0, -1.0])
+def test_the_refresh_check_interval_must_be_positive(seconds: float) -> None:
+    config = BrokerConfig(authentication_refresh_check_seconds=seconds)
+    with pytest.raises(ConfigError, match="authentication_refresh_check_seconds"):
+        config.validate()

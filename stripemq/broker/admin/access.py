@@ -23,8 +23,14 @@ from dataclasses import dataclass
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from stripemq.broker.admin.rest import FORWARDED_AUTHORIZATION, Handler
+from stripemq.broker.admin.rest import (
+    FORWARDED_AUTHORIZATION,
+    Handler,
+    precondition_failed,
+    without_trailing_slash,
+)
 from stripemq.broker.security import BrokerSecurity
+from stripemq.proto.topic_name import is_valid_name
 from stripemq.security.authorization import Need
 
 log = logging.getLogger(__name__)
@@ -105,11 +111,8 @@ def _topic_rule(method: str, rest: str) -> Rule:
 async def _resource_of(request: web.Request) -> tuple[str | None, dict[str, str]]:
     """The route pattern the request is served by, and its path's names; a path with a
     trailing slash is served as the one without (``trailing_slash_middleware``)."""
-    match = request.match_info
-    path = request.rel_url.raw_path
-    if match.http_exception is not None and len(path) > 1 and path.endswith("/"):
-        stripped = request.clone(rel_url=request.rel_url.with_path(path.rstrip("/"), encoded=True))
-        match = await request.app.router.resolve(stripped)
+    found = await without_trailing_slash(request)
+    match = found[1] if found is not None else request.match_info
     if match.http_exception is not None:
         return None, {}
     route = match.route
@@ -130,6 +133,9 @@ def access_middleware(security: BrokerSecurity) -> Middleware:
             return await handler(request)
         header = request.headers.get("Authorization")
         role = security.authenticate_http(header)  # AuthenticationError: 401
+        for name in ("tenant", "namespace"):
+            if name in names and not is_valid_name(names[name]):
+                raise precondition_failed(f"Invalid {name} name: {names[name]!r}")
         scope = None
         if rule.scope == "tenant":
             scope = names.get("tenant")

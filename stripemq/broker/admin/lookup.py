@@ -21,7 +21,7 @@ from aiohttp import web
 from stripemq.broker.admin.rest import (
     AdminContext,
     ok_json,
-    redirect_to,
+    redirect_to_broker,
     serving_broker,
     topic_of,
 )
@@ -45,9 +45,7 @@ def add_routes(router: web.UrlDispatcher, ctx: AdminContext) -> None:
     async def lookup(request: web.Request) -> web.Response:
         owner, picked = await serving_broker(ctx, request, topic_of(request))
         if picked and owner.web_url:
-            secure = request.secure and owner.web_url_tls
-            target = owner.web_url_tls if secure else owner.web_url
-            raise redirect_to(target, request, authoritative=True)
+            raise redirect_to_broker(owner, request, authoritative=True)
         me = ctx.service.me
         if owner.service_url == me.service_url:  # with this broker's TLS URLs
             owner = replace(owner, service_url_tls=me.service_url_tls, web_url_tls=me.web_url_tls)

@@ -59,7 +59,7 @@ from stripemq.broker.admin.rest import (
     ok_json,
     precondition_failed,
     read_json,
-    redirect_to,
+    redirect_to_broker,
     topic_url,
 )
 from stripemq.broker.cluster_metadata import cluster_exists
@@ -614,7 +614,8 @@ def add_routes(router: web.UrlDispatcher, ctx: AdminContext) -> None:
         if owner is None:
             return False
         if owner.service_url != service.service_url:
-            raise redirect_to(_web_url_of(owner, bundle), request)
+            _web_url_of(owner, bundle)  # 500 when it has none
+            raise redirect_to_broker(owner, request)
         return True
 
     async def unload_one(request: web.Request) -> web.Response:

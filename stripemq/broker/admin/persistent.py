@@ -73,7 +73,7 @@ from stripemq.broker.admin.rest import (
     ok_json,
     precondition_failed,
     read_json,
-    redirect_to,
+    redirect_to_broker,
     serving_broker,
     topic_of,
     topic_url,
@@ -321,7 +321,7 @@ class PersistentTopics:
             return service
         if not owner.web_url:
             raise RestError(503, f"{topic} is served by a broker without a web service")
-        raise redirect_to(owner.web_url, request, authoritative=picked)
+        raise redirect_to_broker(owner, request, authoritative=picked)
 
     async def _partitions(self, topic: TopicName) -> int:
         if topic.partition_index >= 0:

@@ -21,7 +21,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urljoin
 
 import aiohttp
 from aiohttp import web
@@ -54,8 +54,10 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 T = TypeVar("T")
-# How long a call to another broker's admin API may take.
+# How long a call to another broker's admin API may take, and how many redirects it follows.
 FORWARD_TIMEOUT_S = 60.0
+MAX_FORWARD_REDIRECTS = 5
+REDIRECTS = frozenset({307, 308})  # the ones that repeat method and body
 # The Authorization header of the request being served (set by ``access_middleware``):
 # calls it makes to other brokers' admin APIs carry it, so the role is checked there too.
 FORWARDED_AUTHORIZATION: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -123,6 +125,22 @@ def status_of(exc: BaseException) -> int:
     if isinstance(exc, (BrokerError, StripeMQError)):
         return _STATUS_BY_SERVER_ERROR.get(server_error_of(exc), 500)
     return 500
+
+
+async def without_trailing_slash(
+    request: web.Request,
+) -> tuple[web.Request, web.UrlMappingMatchInfo] | None:
+    """For a path no route matches that ends with ``/``: the request for the path without
+    it and that path's route match, when one matches (Jersey serves both alike)."""
+    path = request.rel_url.raw_path
+    if request.match_info.http_exception is None or len(path) < 2 or not path.endswith("/"):
+        return None
+    stripped = request.clone(rel_url=request.rel_url.with_path(path.rstrip("/"), encoded=True))
+    match = await request.app.router.resolve(stripped)
+    if match.http_exception is not None:
+        return None
+    assert isinstance(match, web.UrlMappingMatchInfo)
+    return stripped, match
 
 
 def error_response(status: int, reason: str, location: str | None = None) -> web.Response:
@@ -243,6 +261,17 @@ def redirect_to(web_url: str, request: web.Request, *, authoritative: bool = Fal
     return redirect(location)
 
 
+def redirect_to_broker(
+    owner: BrokerInfo, request: web.Request, *, authoritative: bool = False
+) -> RestError:
+    """307 to the same request on ``owner``: its HTTPS URL for a request that came over
+    HTTPS (a token never moves to a plain connection), its plain URL otherwise."""
+    secure = request.secure and owner.web_url_tls
+    return redirect_to(
+        owner.web_url_tls if secure else owner.web_url, request, authoritative=authoritative
+    )
+
+
 async def serving_broker(
     ctx: AdminContext, request: web.Request, topic: TopicName
 ) -> tuple[BrokerInfo, bool]:
@@ -304,14 +333,23 @@ class Forwarder:
         authorization = FORWARDED_AUTHORIZATION.get()
         if authorization:
             headers["Authorization"] = authorization
-        try:
-            async with self._session.request(
-                method, url, params=query, data=data, headers=headers
-            ) as response:
-                raw = await response.read()
-                status = response.status
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise RestError(502, f"{method} {url} failed: {exc!r}") from None
+        # Redirects are followed here, not by aiohttp, which drops the Authorization
+        # header when one leads to another broker.
+        for _ in range(MAX_FORWARD_REDIRECTS + 1):
+            try:
+                async with self._session.request(
+                    method, url, params=query, data=data, headers=headers, allow_redirects=False
+                ) as response:
+                    raw = await response.read()
+                    status = response.status
+                    location = response.headers.get("Location")
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                raise RestError(502, f"{method} {url} failed: {exc!r}") from None
+            if status not in REDIRECTS or not location:
+                break
+            url, query = urljoin(url, location), None  # the location holds the query
+        else:
+            raise RestError(502, f"{method} {url}: more than {MAX_FORWARD_REDIRECTS} redirects")
         if status >= 400:
             raise RestError(status, reason_of(raw) or f"{method} {url}: HTTP {status}")
         text = raw.decode(errors="replace")
