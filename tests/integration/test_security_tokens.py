@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -22,6 +23,7 @@ import pulsar
 import pytest
 
 import stripemq.client.aio as aio
+from stripemq.cli import admin
 from stripemq.errors import AuthenticationError, AuthorizationError
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.security.tokens import create_secret_key, create_token
@@ -478,3 +480,27 @@ async def test_credentials_refreshed_unprompted_to_expiring_ones_are_watched(
         await until(lambda: conn.closed_by_peer, "the connection was closed", timeout=10)
     finally:
         await conn.close()
+
+
+# ---------------------------------------------------------------- stripemq admin
+
+
+async def test_the_admin_cli_grants_and_is_refused_per_role(
+    node: Standalone, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"http://127.0.0.1:{node.broker_config.web_service_port}"
+
+    def admin_as(role: str, *command: str) -> int:
+        argv = ["--admin-url", url, "--auth-params", f"token:{token(role)}", *command]
+        return admin.main(argv)
+
+    grant = ("namespaces", "grant-permission", NS, "--role", "auditor", "--actions", "consume")
+    assert await blocking(admin_as, "acme-admin", *grant) == 0
+    capsys.readouterr()
+    assert await blocking(admin_as, "acme-admin", "namespaces", "permissions", NS) == 0
+    assert json.loads(capsys.readouterr().out)["auditor"] == ["consume"]
+    # A plain role is refused, in one line, with the broker's reason.
+    assert await blocking(admin_as, "producer", "namespaces", "permissions", NS) == 1
+    refused = capsys.readouterr().err
+    assert "not authorized" in refused and "tenant admin needed" in refused
+    assert await blocking(admin_as, "acme-admin", "tenants", "list") == 1  # superusers only
