@@ -127,6 +127,27 @@ def topic() -> str:
     return f"persistent://{NS}/t-{uuid.uuid4().hex[:8]}"
 
 
+async def raw_connect(node: Standalone, credentials: str | None) -> RawConnection:
+    """A raw connection that has sent CONNECT with ``credentials`` (none: method "none")."""
+    conn = await RawConnection.open(node.broker_config.broker_service_port)
+    conn.command(
+        pb.CommandConnect(
+            client_version="raw",
+            protocol_version=21,
+            auth_method_name="token" if credentials else "none",
+            auth_data=(credentials or "").encode(),
+        )
+    )
+    return conn
+
+
+async def raw_connection(node: Standalone, credentials: str) -> RawConnection:
+    """A raw connection the broker took with ``credentials``."""
+    conn = await raw_connect(node, credentials)
+    await conn.wait_for(pb.BaseCommand.CONNECTED)
+    return conn
+
+
 # ---------------------------------------------------------------- authentication
 
 
@@ -146,16 +167,8 @@ async def test_a_client_without_valid_credentials_is_refused(
     node: Standalone, credentials: str | None
 ) -> None:
     # On the wire: ERROR AuthenticationError for CONNECT, then the connection closes.
-    conn = await RawConnection.open(node.broker_config.broker_service_port)
+    conn = await raw_connect(node, credentials)
     try:
-        conn.command(
-            pb.CommandConnect(
-                client_version="raw",
-                protocol_version=21,
-                auth_method_name="token" if credentials else "none",
-                auth_data=(credentials or "").encode(),
-            )
-        )
         frame = await conn.wait_for(pb.BaseCommand.ERROR)
         assert frame.command.error.error == pb.AuthenticationError
         await until(lambda: conn.closed_by_peer, "the broker closed the connection")
@@ -332,17 +345,8 @@ async def test_expiring_credentials_are_refreshed_on_the_same_connection(
 async def test_a_connection_whose_credentials_expire_unrefreshed_is_closed(
     node: Standalone,
 ) -> None:
-    conn = await RawConnection.open(node.broker_config.broker_service_port, handshake=False)
+    conn = await raw_connection(node, token("producer", expires_in_s=1))
     try:
-        conn.command(
-            pb.CommandConnect(
-                client_version="raw",
-                protocol_version=21,
-                auth_method_name="token",
-                auth_data=token("producer", expires_in_s=1).encode(),
-            )
-        )
-        await conn.wait_for(pb.BaseCommand.CONNECTED)
         # It cannot refresh (no feature flag): after expiry the broker closes it.
         await until(lambda: not connections(node), "the expired connection was closed", timeout=10)
     finally:
@@ -415,20 +419,6 @@ async def test_stripemq_client_refreshes_expiring_credentials(node: Standalone) 
 
 
 # ---------------------------------------------------------------- on the wire
-
-
-async def raw_connection(node: Standalone, credentials: str) -> RawConnection:
-    conn = await RawConnection.open(node.broker_config.broker_service_port)
-    conn.command(
-        pb.CommandConnect(
-            client_version="raw",
-            protocol_version=21,
-            auth_method_name="token",
-            auth_data=credentials.encode(),
-        )
-    )
-    await conn.wait_for(pb.BaseCommand.CONNECTED)
-    return conn
 
 
 async def test_a_producer_may_not_make_a_subscription_with_initial_subscription_name(
