@@ -23,9 +23,13 @@ import pulsar
 import pytest
 
 import stripemq.client.aio as aio
+from stripemq.broker.app import BrokerApp
+from stripemq.broker.config import BrokerConfig
 from stripemq.cli import admin
+from stripemq.config import load_config
 from stripemq.errors import AuthenticationError, AuthorizationError
 from stripemq.proto import pulsar_api_pb2 as pb
+from stripemq.proto.topic_name import TopicName
 from stripemq.security.tokens import create_secret_key, create_token
 from stripemq.standalone import Standalone
 from stripemq.testing.polling import until
@@ -39,6 +43,13 @@ SECRET = create_secret_key()
 OTHER_SECRET = create_secret_key()
 NS = "acme/ns"
 REFRESH_CHECK_S = 0.3
+SECURITY_SETTINGS = {
+    "authentication_enabled": "true",
+    "authorization_enabled": "true",
+    "token_secret_key": "data:;base64," + base64.b64encode(SECRET).decode(),
+    "super_user_roles": "admin",
+    "authentication_refresh_check_seconds": str(REFRESH_CHECK_S),
+}
 
 
 def token(role: str, *, secret: bytes = SECRET, expires_in_s: int | None = None) -> str:
@@ -47,14 +58,7 @@ def token(role: str, *, secret: bytes = SECRET, expires_in_s: int | None = None)
 
 @pytest.fixture
 async def node(tmp_path: Path) -> AsyncIterator[Standalone]:
-    settings = {
-        "stats_http_port": 0,
-        "authentication_enabled": "true",
-        "authorization_enabled": "true",
-        "token_secret_key": "data:;base64," + base64.b64encode(SECRET).decode(),
-        "super_user_roles": "admin",
-        "authentication_refresh_check_seconds": str(REFRESH_CHECK_S),
-    }
+    settings = {"stats_http_port": 0, **SECURITY_SETTINGS}
     async with in_process_standalone(tmp_path, settings) as standalone:
         async with Admin(standalone, "admin") as admin:
             await admin.expect(
@@ -494,3 +498,59 @@ async def test_the_admin_cli_grants_and_is_refused_per_role(
     refused = capsys.readouterr().err
     assert "not authorized" in refused and "tenant admin needed" in refused
     assert await blocking(admin_as, "acme-admin", "tenants", "list") == 1  # superusers only
+
+
+# ---------------------------------------------------------------- two brokers
+
+
+@pytest.fixture
+async def second_broker(node: Standalone) -> AsyncIterator[BrokerApp]:
+    """A second broker with the same security settings, on the standalone's store and
+    bookie."""
+    assert node.store is not None and node.bookie is not None and node.local_bookie is not None
+    settings = {
+        "broker_service_port": 0,
+        "web_service_port": 0,
+        "managed_ledger_default_ensemble_size": 1,
+        "managed_ledger_default_write_quorum": 1,
+        "managed_ledger_default_ack_quorum": 1,
+        **SECURITY_SETTINGS,
+    }
+    config = load_config(BrokerConfig, None, settings, environ={})
+    broker = BrokerApp(
+        config, store=node.store, local_bookies={node.bookie.bookie_id: node.local_bookie}
+    )
+    await broker.start()
+    try:
+        yield broker
+    finally:
+        await broker.stop()
+
+
+async def test_tokens_travel_with_lookups_and_forwarded_calls_to_the_owner(
+    node: Standalone, second_broker: BrokerApp
+) -> None:
+    assert second_broker.server is not None and second_broker.server.service is not None
+    async with Admin(node, "acme-admin") as tenant_admin:
+        name = topic()
+        await tenant_admin.expect(204, "PUT", f"/admin/v2/persistent/{name[13:]}/partitions", 1)
+        # The second broker takes the only partition.
+        partition = TopicName.parse(name).partition(0)
+        owner = await second_broker.server.service.lookup_broker(partition, True)
+        assert owner.service_url == second_broker.server.service_url
+        # The official client asks the first broker and is sent, with its token, to the
+        # second, which checks it again.
+        client = official_client(node, token("producer"))
+        try:
+            await blocking(lambda: client.create_producer(name).send(b"to the owner"))
+            served = second_broker.server.connections
+            assert [c.principal.role for c in served if c.principal] == ["producer"]
+        finally:
+            await blocking(client.close)
+        # An admin call the first broker forwards to the owner carries the caller's token.
+        stats = await tenant_admin.expect(
+            200, "GET", f"/admin/v2/persistent/{name[13:]}/partitioned-stats?perPartition=true"
+        )
+        assert stats["msgInCounter"] == 1
+        async with Admin(node, "nobody") as nobody:
+            await nobody.expect(403, "GET", f"/admin/v2/persistent/{name[13:]}/partitioned-stats")
