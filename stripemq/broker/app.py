@@ -19,7 +19,7 @@ from stripemq.broker.security import BrokerSecurity
 from stripemq.broker.server import BrokerServer
 from stripemq.broker.service import BrokerService, TopicPolicies
 from stripemq.broker.web import WebService
-from stripemq.errors import ConfigError, StripeMQError
+from stripemq.errors import StripeMQError
 from stripemq.metadata import MetadataStore, SessionEvent, create_metadata_store
 from stripemq.security.tls import server_context
 
@@ -28,12 +28,12 @@ log = logging.getLogger(__name__)
 
 def tls_server_context(config: BrokerConfig) -> ssl.SSLContext | None:
     """The context of the broker's TLS listeners (None when it has none), its certificate,
-    key and trusted CAs read now. Raises ``ConfigError`` for a file it cannot use."""
+    key and trusted CAs read now (``config`` validated: both files are set). Raises
+    ``ConfigError`` for a file it cannot use."""
     if config.broker_service_port_tls is None and config.web_service_port_tls is None:
         return None
     certificate, key = config.tls_certificate_file_path, config.tls_key_file_path
-    if not certificate or not key:
-        raise ConfigError("TLS needs tls_certificate_file_path and tls_key_file_path")
+    assert certificate and key, "BrokerConfig.validate() requires both for a TLS listener"
     return server_context(
         certificate,
         key,

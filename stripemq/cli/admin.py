@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from stripemq.cli import environment
+from stripemq.cli import security_options
 from stripemq.cli.admin_formats import (
     ArgumentFormatError,
     Namespace,
@@ -46,6 +46,7 @@ from stripemq.cli.admin_output import (
     render_peeked,
     render_table,
 )
+from stripemq.cli.security_options import add_security_options
 from stripemq.clock import now_ms
 from stripemq.errors import InvalidConfigurationError
 from stripemq.proto.topic_name import TopicName
@@ -132,39 +133,7 @@ def _add_connection_options(parser: argparse.ArgumentParser, *, suppress: bool) 
         metavar="SECONDS",
         help="give up on a request after this long (default 60)",
     )
-    parser.add_argument(
-        "--auth-plugin",
-        default=default(None),
-        help="authentication plugin: token or org.apache.pulsar.client.impl.auth."
-        "AuthenticationToken (implied by --auth-params)",
-    )
-    parser.add_argument(
-        "--auth-params",
-        default=default(None),
-        help="authentication parameters, sent as a bearer token: token:<jwt>, "
-        f"file:///path/to/token, env:NAME (default: ${environment.AUTH_PARAMS_ENV})",
-    )
-    parser.add_argument(
-        "--tls-trust-cert-path",
-        "--tls-trust-certs-file-path",
-        dest="tls_trust_cert_path",
-        default=default(None),
-        metavar="FILE",
-        help="PEM certificates to trust for an https:// admin URL (default: "
-        f"${environment.TLS_TRUST_CERTS_ENV}, else the system's)",
-    )
-    parser.add_argument(
-        "--tls-allow-insecure",
-        action="store_true",
-        default=default(False),
-        help="accept any broker certificate (no verification)",
-    )
-    parser.add_argument(
-        "--tls-enable-hostname-verification",
-        action="store_true",
-        default=default(False),
-        help="the broker's certificate must name the host of the admin URL",
-    )
+    add_security_options(parser, url="an https:// admin URL", default=default)
 
 
 def _command(
@@ -1314,8 +1283,8 @@ def admin_client(args: argparse.Namespace) -> AdminClient:
     url = admin_url(args)
     token = None
     ssl_context = None
-    params = environment.auth_params(args.auth_params)
-    trust = environment.tls_trust_certs(args.tls_trust_cert_path)
+    params = security_options.auth_params(args.auth_params)
+    trust = security_options.tls_trust_certs(args.tls_trust_certs_file_path)
     try:
         if args.auth_plugin or params:
             from stripemq.client.auth import authentication_from_params

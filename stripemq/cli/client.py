@@ -14,9 +14,10 @@ import os
 import sys
 from typing import Any
 
-from stripemq.cli import environment
+from stripemq.cli import security_options
+from stripemq.cli.security_options import add_security_options
 from stripemq.client import Client, CompressionType, ConsumerType, InitialPosition, Result
-from stripemq.client.auth import PARAMS_FORMS, authentication_from_params
+from stripemq.client.auth import authentication_from_params
 from stripemq.errors import AuthenticationError, AuthorizationError, StripeMQError
 
 SERVICE_URL_ENV = "STRIPEMQ_SERVICE_URL"
@@ -44,7 +45,7 @@ def add_client_parser(sub: argparse._SubParsersAction) -> None:
         help=f"service URL (default: ${SERVICE_URL_ENV}, else {DEFAULT_SERVICE_URL})",
     )
     client.add_argument("--log-level", default="WARNING")
-    add_security_options(client)
+    add_security_options(client, url="pulsar+ssl://")
     commands = client.add_subparsers(dest="client_command", required=True)
 
     produce = commands.add_parser("produce", help="send messages to a topic")
@@ -83,47 +84,18 @@ def add_client_parser(sub: argparse._SubParsersAction) -> None:
     )
 
 
-def add_security_options(parser: argparse.ArgumentParser) -> None:
-    """pulsar-client's authentication options, and the TLS options of its client.conf."""
-    parser.add_argument(
-        "--auth-plugin",
-        help="authentication plugin: token or org.apache.pulsar.client.impl.auth."
-        "AuthenticationToken (implied by --auth-params)",
-    )
-    parser.add_argument(
-        "--auth-params",
-        help=f"authentication parameters: {PARAMS_FORMS} (default: ${environment.AUTH_PARAMS_ENV})",
-    )
-    parser.add_argument(
-        "--tls-trust-certs-file-path",
-        "--tls-trust-cert-path",
-        dest="tls_trust_certs_file_path",
-        metavar="FILE",
-        help="PEM certificates to trust for pulsar+ssl:// (default: "
-        f"${environment.TLS_TRUST_CERTS_ENV}, else the system's)",
-    )
-    parser.add_argument(
-        "--tls-allow-insecure",
-        action="store_true",
-        help="accept any broker certificate (no verification)",
-    )
-    parser.add_argument(
-        "--tls-enable-hostname-verification",
-        action="store_true",
-        help="the broker's certificate must name the host dialled",
-    )
-
-
 def client_options(args: argparse.Namespace) -> dict[str, Any]:
     """The ``Client`` arguments the security options give.
 
     Raises:
         InvalidConfigurationError: bad --auth-plugin or --auth-params.
     """
-    params = environment.auth_params(args.auth_params)
+    params = security_options.auth_params(args.auth_params)
     return {
         "authentication": authentication_from_params(args.auth_plugin, params),
-        "tls_trust_certs_file_path": environment.tls_trust_certs(args.tls_trust_certs_file_path),
+        "tls_trust_certs_file_path": security_options.tls_trust_certs(
+            args.tls_trust_certs_file_path
+        ),
         "tls_allow_insecure_connection": args.tls_allow_insecure,
         "tls_validate_hostname": args.tls_enable_hostname_verification,
     }

@@ -214,22 +214,16 @@ def read_key(spec: str) -> bytes:
     from stripemq.security.tokens import KeySpecError, read_key_spec
 
     if spec.startswith(("file:", "data:")):
-        data = read_key_spec(spec)
-    elif Path(spec).expanduser().is_file():
-        try:
-            data = Path(spec).expanduser().read_bytes()
-        except OSError as exc:
-            raise KeySpecError(f"cannot read key file {spec}: {exc.strerror}") from exc
-    else:
-        try:
-            data = read_key_spec(spec)
-        except KeySpecError as exc:
-            raise KeySpecError(
-                f"{spec[:40]!r} is neither a key file nor base64 (a key is {KEY_HELP})"
-            ) from exc
-    if not data:
-        raise KeySpecError(f"the key {spec[:40]!r} is empty")
-    return data
+        return read_key_spec(spec)
+    path = Path(spec).expanduser()
+    if path.is_file():
+        return read_key_spec(str(path))  # a plain path ("~" expanded)
+    try:
+        return read_key_spec(spec)
+    except KeySpecError as exc:
+        raise KeySpecError(
+            f"{spec[:40]!r} is neither a key file nor base64 (a key is {KEY_HELP})"
+        ) from exc
 
 
 def _write_file(path: str, data: bytes, *, private: bool) -> None:
@@ -295,20 +289,19 @@ def _verifier(args: argparse.Namespace) -> TokenVerifier:
     """The verifier ``validate``'s key options name, for the one algorithm ``-a`` names."""
     import dataclasses
 
-    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+    from cryptography.hazmat.primitives.asymmetric import ec
 
     from stripemq.security.tokens import (
-        EC_CURVES,
         PAIR_ALGORITHMS,
-        RSA_ALGORITHMS,
         SECRET_ALGORITHMS,
         KeySpecError,
         TokenVerifier,
+        check_key_fits,
+        default_algorithm,
         load_public_key,
     )
 
     algorithm: str | None = args.algorithm
-    algorithms: tuple[str, ...]
     if args.secret_key is not None:
         if algorithm is not None and algorithm not in SECRET_ALGORITHMS:
             raise ArgumentFormatError(
@@ -318,23 +311,17 @@ def _verifier(args: argparse.Namespace) -> TokenVerifier:
         return dataclasses.replace(verifier, algorithms=(algorithm,)) if algorithm else verifier
     data = read_key(args.public_key)
     key = load_public_key(data)
-    if isinstance(key, rsa.RSAPublicKey):
-        kind, algorithms = "an RSA", RSA_ALGORITHMS
-    elif isinstance(key, ec.EllipticCurvePublicKey):
-        kind = "an EC"
-        algorithms = tuple(a for a, curve in EC_CURVES.items() if curve.name == key.curve.name)
-        if not algorithms:
-            raise KeySpecError(f"EC curve {key.curve.name} is none of ES256, ES384, ES512")
-    else:
-        raise KeySpecError(f"a public key must be RSA or EC, not {type(key).__name__}")
     if algorithm is None:
-        algorithm = algorithms[0]
-    elif algorithm not in PAIR_ALGORITHMS:
+        return TokenVerifier.from_public_key(data, default_algorithm(key))
+    if algorithm not in PAIR_ALGORITHMS:
         raise ArgumentFormatError(
             f"a public key checks {', '.join(PAIR_ALGORITHMS)}, not {algorithm}"
         )
-    elif algorithm not in algorithms:
-        raise ArgumentFormatError(f"-a {algorithm} does not fit {kind} public key")
+    try:
+        check_key_fits(key, algorithm)
+    except KeySpecError:
+        kind = "an EC" if isinstance(key, ec.EllipticCurvePublicKey) else "an RSA"
+        raise ArgumentFormatError(f"-a {algorithm} does not fit {kind} public key") from None
     return TokenVerifier.from_public_key(data, algorithm)
 
 

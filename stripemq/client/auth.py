@@ -38,6 +38,7 @@ TOKEN_METHOD = AUTH_METHOD_TOKEN
 # What --auth-plugin accepts for token authentication: Pulsar's class name and short name.
 TOKEN_PLUGINS = frozenset({"token", "org.apache.pulsar.client.impl.auth.AuthenticationToken"})
 
+# The forms of auth params, as the CLIs' --auth-params help also names them.
 PARAMS_FORMS = 'token:<jwt>, file:///path/to/token, env:NAME or {"token": "<jwt>"}'
 
 _PREFIX = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")

@@ -188,7 +188,7 @@ def create_token(
     else:
         assert private_key is not None
         key = load_private_key(private_key)
-        algorithm = algorithm or _default_algorithm(key)
+        algorithm = algorithm or default_algorithm(key)
         if algorithm not in PAIR_ALGORITHMS:
             raise TokenError(f"a private key signs {', '.join(PAIR_ALGORITHMS)}, not {algorithm}")
         check_key_fits(key, algorithm)
@@ -198,7 +198,7 @@ def create_token(
         raise TokenError(f"cannot sign with this key and {algorithm}: {exc}") from exc
 
 
-def _default_algorithm(key: PrivateKeyTypes | PublicKeyTypes) -> str:
+def default_algorithm(key: PrivateKeyTypes | PublicKeyTypes) -> str:
     """RS256 for an RSA key, the ES algorithm of an EC key's curve."""
     if isinstance(key, (ec.EllipticCurvePrivateKey, ec.EllipticCurvePublicKey)):
         for algorithm, curve in EC_CURVES.items():

@@ -7,6 +7,9 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from stripemq.broker.app import BrokerApp
+from stripemq.broker.config import BrokerConfig
+from stripemq.config import load_config
 from stripemq.standalone import Standalone, StandaloneConfig
 from stripemq.testing.ports import free_port
 from stripemq.testing.process import ChildProcess
@@ -83,3 +86,30 @@ async def in_process_standalone(
         yield node
     finally:
         await node.stop()
+
+
+@contextlib.asynccontextmanager
+async def second_broker(
+    node: Standalone, settings: dict[str, object] | None = None
+) -> AsyncIterator[BrokerApp]:
+    """Another broker (with ``settings``, free ports) beside a started in-process
+    standalone, on its metadata store and its bookie (ledgers of one copy); stopped on the
+    way out. Topics move between the two by bundle ownership."""
+    assert node.store is not None and node.bookie is not None and node.local_bookie is not None
+    overrides: dict[str, object] = {
+        "broker_service_port": 0,
+        "web_service_port": 0,
+        "managed_ledger_default_ensemble_size": 1,
+        "managed_ledger_default_write_quorum": 1,
+        "managed_ledger_default_ack_quorum": 1,
+        **(settings or {}),
+    }
+    config = load_config(BrokerConfig, None, overrides, environ={})
+    broker = BrokerApp(
+        config, store=node.store, local_bookies={node.bookie.bookie_id: node.local_bookie}
+    )
+    await broker.start()
+    try:
+        yield broker
+    finally:
+        await broker.stop()

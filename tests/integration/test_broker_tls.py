@@ -15,12 +15,9 @@ import pulsar
 import pytest
 
 import stripemq.client.aio as aio
-from stripemq.broker.app import BrokerApp
-from stripemq.broker.config import BrokerConfig
 from stripemq.broker.ownership import registered_brokers
 from stripemq.broker.server import BrokerServer
 from stripemq.client.tls import client_ssl_context
-from stripemq.config import load_config
 from stripemq.errors import InvalidConfigurationError
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.frames import encode_command
@@ -28,7 +25,7 @@ from stripemq.proto.topic_name import TopicName
 from stripemq.standalone import Standalone
 from stripemq.testing.polling import until
 from stripemq.testing.raw_connection import RawConnection
-from stripemq.testing.standalone import in_process_standalone
+from stripemq.testing.standalone import in_process_standalone, second_broker
 from stripemq.testing.tls import TlsFiles, make_test_pki
 
 pytestmark = pytest.mark.integration
@@ -310,22 +307,7 @@ async def test_a_lookup_redirects_tls_clients_to_the_owners_tls_url(
 ) -> None:
     """Two brokers: the topic is owned by the second; the official client asks the first
     over TLS, is redirected to the second's pulsar+ssl:// URL and is served there."""
-    assert node.store is not None and node.bookie is not None and node.local_bookie is not None
-    settings = {
-        "broker_service_port": 0,
-        "web_service_port": 0,
-        "managed_ledger_default_ensemble_size": 1,
-        "managed_ledger_default_write_quorum": 1,
-        "managed_ledger_default_ack_quorum": 1,
-        **pki.broker_settings(),
-        **TLS_PORTS,
-    }
-    config = load_config(BrokerConfig, None, settings, environ={})
-    second = BrokerApp(
-        config, store=node.store, local_bookies={node.bookie.bookie_id: node.local_bookie}
-    )
-    await second.start()
-    try:
+    async with second_broker(node, {**pki.broker_settings(), **TLS_PORTS}) as second:
         assert second.server is not None and second.server.service is not None
         owned = "persistent://public/default/elsewhere"
         owner = await second.server.service.lookup_broker(TopicName.parse(owned), True)
@@ -367,5 +349,3 @@ async def test_a_lookup_redirects_tls_clients_to_the_owners_tls_url(
 
         assert await asyncio.to_thread(produce_and_look) == ["over there"]
         assert served_over_tls == [1]
-    finally:
-        await second.stop()

@@ -24,9 +24,7 @@ import pytest
 
 import stripemq.client.aio as aio
 from stripemq.broker.app import BrokerApp
-from stripemq.broker.config import BrokerConfig
 from stripemq.cli import admin
-from stripemq.config import load_config
 from stripemq.errors import AuthenticationError, AuthorizationError
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.topic_name import TopicName
@@ -34,7 +32,7 @@ from stripemq.security.tokens import create_secret_key, create_token
 from stripemq.standalone import Standalone
 from stripemq.testing.polling import until
 from stripemq.testing.raw_connection import RawConnection
-from stripemq.testing.standalone import in_process_standalone
+from stripemq.testing.standalone import in_process_standalone, second_broker
 
 pytestmark = pytest.mark.integration
 
@@ -316,30 +314,42 @@ def connections(node: Standalone) -> list[Any]:
     return list(node.broker.server.connections)
 
 
-async def test_expiring_credentials_are_refreshed_on_the_same_connection(
-    node: Standalone,
-) -> None:
-    issued: list[str] = []
+def expiring_tokens(issued: list[str]) -> Callable[[], str]:
+    """A token supplier: each call a fresh ``producer`` token valid for 2 s, kept in
+    ``issued``."""
 
     def supplier() -> str:
         issued.append(token("producer", expires_in_s=2))
         return issued[-1]
 
+    return supplier
+
+
+async def refreshed_connection(node: Standalone) -> Any:
+    """The one connection served, once the broker challenged it past its first token's
+    expiry and took a fresh token from it: same connection, later expiry."""
+    [served] = connections(node)
+    first = served.principal
+    assert first is not None and first.expires_at is not None
+    await until(
+        lambda: served.principal.expires_at > first.expires_at,
+        "the connection's credentials were refreshed",
+        timeout=15,
+    )
+    assert connections(node) == [served]
+    return served
+
+
+async def test_expiring_credentials_are_refreshed_on_the_same_connection(
+    node: Standalone,
+) -> None:
+    issued: list[str] = []
     name = topic()
-    client = official_client(node, supplier)
+    client = official_client(node, expiring_tokens(issued))
     try:
         producer = await blocking(lambda: client.create_producer(name))
-        [served] = connections(node)
-        first = served.principal
-        assert first is not None and first.expires_at is not None
-        # Past the first token's expiry the broker challenged, and the client answered
-        # with a fresh one from its supplier: same connection, later expiry.
-        await until(
-            lambda: served.principal.expires_at > first.expires_at,
-            "the connection's credentials were refreshed",
-            timeout=15,
-        )
-        assert connections(node) == [served] and not served.writer.is_closing()
+        served = await refreshed_connection(node)
+        assert not served.writer.is_closing()
         await blocking(producer.send, b"after the refresh")
         assert len(issued) >= 2
     finally:
@@ -403,22 +413,9 @@ async def test_stripemq_client_is_refused_at_once_without_valid_credentials(
 
 async def test_stripemq_client_refreshes_expiring_credentials(node: Standalone) -> None:
     issued: list[str] = []
-
-    def supplier() -> str:
-        issued.append(token("producer", expires_in_s=2))
-        return issued[-1]
-
-    async with own_client(node, supplier) as client:
+    async with own_client(node, expiring_tokens(issued)) as client:
         producer = await client.create_producer(topic())
-        [served] = connections(node)
-        first = served.principal
-        assert first is not None and first.expires_at is not None
-        await until(
-            lambda: served.principal.expires_at > first.expires_at,
-            "the connection's credentials were refreshed",
-            timeout=15,
-        )
-        assert connections(node) == [served]
+        await refreshed_connection(node)
         await producer.send(b"after the refresh")
 
 
@@ -504,46 +501,29 @@ async def test_the_admin_cli_grants_and_is_refused_per_role(
 
 
 @pytest.fixture
-async def second_broker(node: Standalone) -> AsyncIterator[BrokerApp]:
-    """A second broker with the same security settings, on the standalone's store and
-    bookie."""
-    assert node.store is not None and node.bookie is not None and node.local_bookie is not None
-    settings = {
-        "broker_service_port": 0,
-        "web_service_port": 0,
-        "managed_ledger_default_ensemble_size": 1,
-        "managed_ledger_default_write_quorum": 1,
-        "managed_ledger_default_ack_quorum": 1,
-        **SECURITY_SETTINGS,
-    }
-    config = load_config(BrokerConfig, None, settings, environ={})
-    broker = BrokerApp(
-        config, store=node.store, local_bookies={node.bookie.bookie_id: node.local_bookie}
-    )
-    await broker.start()
-    try:
+async def other_broker(node: Standalone) -> AsyncIterator[BrokerApp]:
+    """A second broker with the same security settings."""
+    async with second_broker(node, SECURITY_SETTINGS) as broker:
         yield broker
-    finally:
-        await broker.stop()
 
 
 async def test_tokens_travel_with_lookups_and_forwarded_calls_to_the_owner(
-    node: Standalone, second_broker: BrokerApp
+    node: Standalone, other_broker: BrokerApp
 ) -> None:
-    assert second_broker.server is not None and second_broker.server.service is not None
+    assert other_broker.server is not None and other_broker.server.service is not None
     async with Admin(node, "acme-admin") as tenant_admin:
         name = topic()
         await tenant_admin.expect(204, "PUT", f"/admin/v2/persistent/{name[13:]}/partitions", 1)
         # The second broker takes the only partition.
         partition = TopicName.parse(name).partition(0)
-        owner = await second_broker.server.service.lookup_broker(partition, True)
-        assert owner.service_url == second_broker.server.service_url
+        owner = await other_broker.server.service.lookup_broker(partition, True)
+        assert owner.service_url == other_broker.server.service_url
         # The official client asks the first broker and is sent, with its token, to the
         # second, which checks it again.
         client = official_client(node, token("producer"))
         try:
             await blocking(lambda: client.create_producer(name).send(b"to the owner"))
-            served = second_broker.server.connections
+            served = other_broker.server.connections
             assert [c.principal.role for c in served if c.principal] == ["producer"]
         finally:
             await blocking(client.close)

@@ -17,6 +17,7 @@ from stripemq.broker.config import BrokerConfig
 from stripemq.client.tls import client_ssl_context
 from stripemq.errors import ConfigError, InvalidConfigurationError
 from stripemq.security.tls import accept_tls, server_context
+from stripemq.testing.polling import until
 from stripemq.testing.tls import TlsFiles, make_test_pki
 
 
@@ -97,11 +98,8 @@ async def tls_port(
 
 
 async def until_outcome(outcomes: list[object]) -> object:
-    for _ in range(500):
-        if outcomes:
-            return outcomes[0]
-        await asyncio.sleep(0.01)
-    raise AssertionError("no outcome")
+    await until(lambda: bool(outcomes), "the handshake had an outcome", timeout=5)
+    return outcomes[0]
 
 
 async def test_accept_tls_serves_a_tls_stream_with_the_clients_certificate(
