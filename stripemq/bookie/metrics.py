@@ -36,7 +36,6 @@ import asyncio
 import logging
 import math
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -210,21 +209,8 @@ class BookieMetrics(Collector):
         self._http = StatsHttpServer(self, self.add_routes)
 
     def _time_journal_syncs(self) -> None:
-        """Wrap the journal's sync function (a plain attribute, there to be swapped) to
-        record each fsync's latency and outcome."""
-        journal = self.storage.journal
-        sync = journal.sync_file
-
-        def timed_sync(fd: int) -> None:
-            started = time.perf_counter()
-            ok = False
-            try:
-                sync(fd)
-                ok = True
-            finally:
-                self.journal_sync.record(time.perf_counter() - started, ok)
-
-        journal.sync_file = timed_sync
+        """Record each journal sync's latency and outcome, on the thread or in the kernel."""
+        self.storage.journal.on_sync = self.journal_sync.record
 
     # ------------------------------------------------------------------ recording
 

@@ -177,6 +177,7 @@ class BookieStorage:
             buffered_writes_threshold=config.journal_buffered_writes_threshold,
             sync_data=config.journal_sync_data,
             max_file_size=config.journal_max_size_mb * 1024 * 1024,
+            kernel_aio=config.journal_kernel_aio_sync,
         )
         self._memtable_limit = config.write_cache_max_size_mb * 1024 * 1024
         self.read_only_state = ReadOnlyState(

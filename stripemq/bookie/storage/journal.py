@@ -6,9 +6,12 @@ record at once, a busy one covers many records with each ``fdatasync``. With
 ``flush_when_queue_empty`` off (BookKeeper's default), a group also waits up to
 ``max_group_wait_ms`` for company (or until ``buffered_writes_threshold`` bytes are waiting).
 Writes and syncs run on one dedicated thread so they keep their order and never block the
-event loop. No waiter of a group is resolved before that group's sync has returned: the sync
-function (``JournalWriter.sync_file``, ``os.fdatasync`` by default) is the single point every
-acknowledgement waits behind.
+event loop. Where the kernel offers it (Linux AIO), a group is instead written from the loop
+and synced by the kernel's asynchronous fdatasync, whose completion the loop hears through an
+eventfd: no thread hand-offs, each of which waits for the GIL behind a busy loop
+(``stripemq.bookie.storage.kernel_aio``). No waiter of a group is resolved before that group's
+sync has returned: the sync (``JournalWriter.sync_file``, ``os.fdatasync`` by default, or the
+kernel's) is the single point every acknowledgement waits behind.
 
 Record: ``length:u32 | crc32c:u32 | type:u8 | ledger_id:u64 | body`` where the CRC and the
 length cover everything after the CRC. A torn or corrupt record ends the replay of its file.
@@ -20,9 +23,11 @@ import asyncio
 import concurrent.futures
 import enum
 import errno
+import functools
 import logging
 import os
 import struct
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -31,6 +36,7 @@ from pathlib import Path
 import crc32c
 
 from stripemq.bookie.storage.files import create_with_header, make_dirs, write_all
+from stripemq.bookie.storage.kernel_aio import AsyncDataSync, open_async_datasync
 from stripemq.errors import BookieError, DiskFullError
 
 log = logging.getLogger(__name__)
@@ -149,12 +155,28 @@ class _Group:
 # and raises ``OSError`` on failure.
 SyncFile = Callable[[int], None]
 
+# Told of every sync: its seconds and whether it succeeded (the bookie's metrics).
+SyncObserver = Callable[[float, bool], None]
+
+
+@dataclass(frozen=True, slots=True)
+class _KernelSync:
+    """A group written from the loop whose fdatasync the kernel is running."""
+
+    token: int
+    group: _Group
+    mark: LogMark
+    started: float
+
 
 class JournalWriter:
     """Appends records and resolves each append's future once it is durable.
 
-    ``sync_file`` makes each group durable; it is a plain attribute, read for every group, so
-    an embedding process (or a test holding acknowledgements back) may swap it at run time.
+    ``sync_file`` makes each group durable on the journal thread; it is a plain attribute,
+    read for every group, so an embedding process (or a test holding acknowledgements back)
+    may swap it at run time. With ``kernel_aio`` the kernel's asynchronous fdatasync is used
+    instead, but only while ``sync_file`` is the default ``os.fdatasync``: a swapped-in sync
+    function always runs, on the thread. ``on_sync`` is told of every sync either way.
     """
 
     def __init__(
@@ -167,6 +189,7 @@ class JournalWriter:
         sync_data: bool,
         max_file_size: int,
         sync_file: SyncFile = os.fdatasync,
+        kernel_aio: bool = True,
     ) -> None:
         self.directory = directory
         self.max_group_wait = max_group_wait_ms / 1000.0
@@ -175,7 +198,12 @@ class JournalWriter:
         self.sync_data = sync_data
         self.max_file_size = max_file_size
         self.sync_file = sync_file
+        self.on_sync: SyncObserver | None = None
+        self.kernel_aio = kernel_aio
         self.fsync_count = 0
+        self._datasync: AsyncDataSync | None = None  # the kernel's fdatasync, if offered
+        self._kernel_sync: _KernelSync | None = None  # the one it is running
+        self._sync_tokens = 0
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="journal")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._group = _Group()
@@ -200,6 +228,17 @@ class JournalWriter:
         """Start a fresh journal file after every existing one."""
         self._loop = asyncio.get_running_loop()
         await self._loop.run_in_executor(self._io, self._open_first_file)
+        if self.kernel_aio and self.sync_data:
+            self._datasync = await self._loop.run_in_executor(
+                self._io, open_async_datasync, self._fd
+            )
+            if self._datasync is not None:
+                self._loop.add_reader(self._datasync.eventfd, self._kernel_sync_done)
+
+    @property
+    def syncs_in_kernel(self) -> bool:
+        """Whether groups are synced by the kernel's asynchronous fdatasync now."""
+        return self._datasync is not None and self.sync_file is os.fdatasync
 
     def append(self, record: bytes) -> asyncio.Future[LogMark]:
         """Queue ``record`` (one or more encoded records); the future resolves when durable."""
@@ -231,7 +270,7 @@ class JournalWriter:
         await self._drained
         if self._stopped:  # aborted meanwhile
             return
-        await loop.run_in_executor(self._io, self._close_fd)
+        await self._release_files()
         self._io.shutdown(wait=True)
         self._stopped = True
 
@@ -249,12 +288,28 @@ class JournalWriter:
             for waiter in group.waiters if group is not None else ():
                 if not waiter.done():
                     waiter.set_exception(error)
-        self._group, self._in_flight = _Group(), None
+        self._group, self._in_flight, self._kernel_sync = _Group(), None, None
         if self._drained is not None and not self._drained.done():
             self._drained.set_result(None)  # a close() waiting for the queue: nothing is left
-        await asyncio.get_running_loop().run_in_executor(self._io, self._close_fd)
+        await self._release_files()
         self._io.shutdown(wait=True)
         self._stopped = True
+
+    async def _release_files(self) -> None:
+        """Close the journal file and the kernel sync context (which waits, off the loop,
+        for a sync still running)."""
+        datasync = self._stop_kernel_syncs()
+        loop = asyncio.get_running_loop()  # open() may never have run
+        await loop.run_in_executor(self._io, self._close_fd)
+        if datasync is not None:
+            await loop.run_in_executor(self._io, datasync.close)
+
+    def _stop_kernel_syncs(self) -> AsyncDataSync | None:
+        """Stop listening for kernel syncs; the context, for the caller to close."""
+        datasync, self._datasync = self._datasync, None
+        if datasync is not None and self._loop is not None:
+            self._loop.remove_reader(datasync.eventfd)
+        return datasync
 
     def delete_before(self, journal_id: int) -> list[int]:
         """Remove journal files older than ``journal_id`` (covered by a checkpoint)."""
@@ -307,7 +362,14 @@ class JournalWriter:
             self._timer = None
         self._group = _Group()
         self._in_flight = group
-        done = self._io.submit(self._write_and_sync, b"".join(group.chunks))
+        buf = b"".join(group.chunks)
+        if self.syncs_in_kernel and not self._roll_next and self._offset < self.max_file_size:
+            self._write_and_sync_in_kernel(group, buf)
+        else:  # also rolls to a new file, which the thread does
+            self._on_thread(group, functools.partial(self._write_and_sync, buf))
+
+    def _on_thread(self, group: _Group, work: Callable[[], LogMark]) -> None:
+        done = self._io.submit(work)
         done.add_done_callback(lambda future: self._hand_back(group, future))
 
     def _hand_back(self, group: _Group, future: concurrent.futures.Future[LogMark]) -> None:
@@ -319,16 +381,20 @@ class JournalWriter:
             pass
 
     def _synced(self, group: _Group, future: concurrent.futures.Future[LogMark]) -> None:
+        exc = future.exception()
+        self._group_done(group, future.result() if exc is None else exc)
+
+    def _group_done(self, group: _Group, outcome: LogMark | BaseException) -> None:
+        """Resolve a group's waiters with its mark or its failure, then start the next."""
         if group is not self._in_flight:
             return  # abort() failed its waiters already
         self._in_flight = None
-        exc = future.exception()
-        if exc is None:
-            mark = future.result()
+        if isinstance(outcome, LogMark):
             for waiter in group.waiters:
                 if not waiter.done():
-                    waiter.set_result(mark)
+                    waiter.set_result(outcome)
         else:
+            exc = outcome
             if not isinstance(exc, BookieError):
                 log.error("unexpected journal failure", exc_info=exc)
                 exc = BookieError(f"journal failure: {exc}")
@@ -336,6 +402,48 @@ class JournalWriter:
                 if not waiter.done():
                     waiter.set_exception(exc)
         self._schedule()
+
+    # ------------------------------------------------------------------ kernel syncs
+
+    def _write_and_sync_in_kernel(self, group: _Group, buf: bytes) -> None:
+        """Write ``group`` from the loop (into the page cache) and have the kernel sync it."""
+        assert self._loop is not None and self._datasync is not None
+        try:
+            mark = self._write(buf)
+        except BookieError as exc:
+            self._loop.call_soon(self._group_done, group, exc)
+            return
+        self._sync_tokens += 1
+        try:
+            self._datasync.submit(self._fd, self._sync_tokens)
+        except OSError as exc:
+            log.warning("asynchronous fdatasync failed (%s): the journal syncs on a thread", exc)
+            datasync = self._stop_kernel_syncs()
+            if datasync is not None:
+                self._io.submit(datasync.close)
+            self._on_thread(group, functools.partial(self._sync_written, mark))
+            return
+        self._kernel_sync = _KernelSync(self._sync_tokens, group, mark, time.perf_counter())
+
+    def _kernel_sync_done(self) -> None:
+        """The eventfd says a kernel sync finished: complete its group."""
+        assert self._datasync is not None
+        for done in self._datasync.reap():
+            sync = self._kernel_sync
+            if sync is None or sync.token != done.token:
+                continue  # abort() gave up on it
+            self._kernel_sync = None
+            self._observe(time.perf_counter() - sync.started, ok=not done.error)
+            if done.error:
+                failure = self._failure(OSError(done.error, os.strerror(done.error)))
+                self._group_done(sync.group, failure)
+            else:
+                self.fsync_count += 1
+                self._group_done(sync.group, sync.mark)
+
+    def _observe(self, seconds: float, *, ok: bool) -> None:
+        if self.on_sync is not None:
+            self.on_sync(seconds, ok)
 
     # ------------------------------------------------------------------ writer thread
 
@@ -360,22 +468,44 @@ class JournalWriter:
             self._fd = -1
 
     def _write_and_sync(self, buf: bytes) -> LogMark:
-        try:
-            if self._roll_next or self._offset >= self.max_file_size:
+        """On the journal thread: roll over if due, write ``buf``, sync it."""
+        if self._roll_next or self._offset >= self.max_file_size:
+            try:
                 self._new_file(self._journal_id + 1)
-                self._roll_next = False
+            except OSError as exc:
+                raise self._failure(exc) from exc
+            self._roll_next = False
+        mark = self._write(buf)
+        return self._sync_written(mark) if self.sync_data else mark
+
+    def _write(self, buf: bytes) -> LogMark:
+        """Append ``buf`` to the current file (no sync); its end as a mark."""
+        try:
             write_all(self._fd, buf)
-            self._offset += len(buf)
-            self._written = LogMark(self._journal_id, self._offset)
-            if self.sync_data:
-                self.sync_file(self._fd)
-                self.fsync_count += 1
-            return self._written
         except OSError as exc:
-            # Whatever went wrong, later records go to a fresh file: none may ever follow a
-            # torn record, where replay would stop before reaching it.
-            self._roll_next = True
-            # EFBIG: a file size limit (RLIMIT_FSIZE) stops writes as a full disk does.
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-                raise DiskFullError(f"journal disk is full: {exc}") from exc
-            raise BookieError(f"journal write failed: {exc}") from exc
+            raise self._failure(exc) from exc
+        self._offset += len(buf)
+        self._written = LogMark(self._journal_id, self._offset)
+        return self._written
+
+    def _sync_written(self, mark: LogMark) -> LogMark:
+        """On the journal thread: make what was written durable with ``sync_file``."""
+        started = time.perf_counter()
+        try:
+            self.sync_file(self._fd)
+        except OSError as exc:
+            self._observe(time.perf_counter() - started, ok=False)
+            raise self._failure(exc) from exc
+        self._observe(time.perf_counter() - started, ok=True)
+        self.fsync_count += 1
+        return mark
+
+    def _failure(self, exc: OSError) -> BookieError:
+        """The error a failed journal write or sync becomes. Whatever went wrong, later
+        records go to a fresh file: none may ever follow a torn record, where replay would
+        stop before reaching it."""
+        self._roll_next = True
+        # EFBIG: a file size limit (RLIMIT_FSIZE) stops writes as a full disk does.
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            return DiskFullError(f"journal disk is full: {exc}")
+        return BookieError(f"journal write failed: {exc}")
