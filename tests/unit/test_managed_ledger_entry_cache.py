@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 from stripemq.managed_ledger.entry_cache import EntryCacheManager
 from stripemq.managed_ledger.position import Position
 
@@ -55,3 +57,29 @@ def test_an_entry_larger_than_the_budget_is_not_kept() -> None:
     cache = manager.cache_for("t")
     cache.put(Position(1, 0), b"x" * 11)
     assert manager.size == 0 and cache.get(Position(1, 0)) is None
+
+
+def test_cached_entries_give_the_garbage_collector_nothing_to_scan() -> None:
+    """A full collection walks every tracked object while the event loop waits; a big
+    cache must not add its entries to that walk."""
+    manager = EntryCacheManager(max_bytes=1 << 30)
+    cache = manager.cache_for("t")
+    gc.collect()
+    before = len(gc.get_objects())
+    for entry in range(10_000):
+        cache.put(Position(3, entry), b"x")
+    gc.collect()  # a collection stops tracking tuples of plain integers
+    assert len(gc.get_objects()) - before < 100
+    assert len(cache) == 10_000 and cache.get(Position(3, 9_999)) == b"x"
+
+
+def test_a_view_that_is_gone_leaves_its_entries_to_age_out() -> None:
+    manager = EntryCacheManager(max_bytes=200)
+    gone = manager.cache_for("gone")
+    gone.put(Position(1, 0), b"x" * 100)
+    del gone
+    gc.collect()
+    kept = manager.cache_for("kept")
+    kept.put(Position(1, 0), b"y" * 100)
+    kept.put(Position(1, 1), b"y" * 100)  # over budget: the orphan goes first
+    assert manager.size == 200 and kept.size == 200 and len(kept) == 2
