@@ -13,6 +13,7 @@ built, for ``--help``): ``stripemq admin`` imports none of them.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import signal
 import sys
@@ -185,11 +186,26 @@ async def _serve_until_signalled(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await server.start()
+    _freeze_start_up_heap()
     await stop.wait()
     log.info("signal received; shutting down cleanly")
     await server.stop()
     if cleanup is not None:
         await cleanup()
+
+
+def _freeze_start_up_heap() -> None:
+    """Keep what start-up built out of the garbage collector's full collections.
+
+    Modules, protobuf descriptors, settings and servers (about 70,000 objects) live as long as
+    the process, yet every full collection would walk them all while the event loop waits:
+    50 ms or more on a busy 2-core machine, which is a latency spike for every message in
+    flight. ``gc.freeze`` moves them to the permanent generation, so a full collection walks
+    only what was allocated since.
+    """
+    gc.collect()
+    gc.freeze()
+    log.debug("froze %d start-up objects out of full collections", gc.get_freeze_count())
 
 
 def _ignore_file_size_signal() -> None:
