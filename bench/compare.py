@@ -10,7 +10,7 @@ Every system is started here on free 127.0.0.1 ports in a temp dir, measured, an
 * ``standalone``: ``stripemq standalone`` (one bookie, one copy); clients the official
   ``pulsar-client`` and ``stripemq.client.aio``;
 * ``cluster``: ZooKeeper, three bookies and one broker writing E3/Qw2/Qa2 (``bench/e2e.py``'s
-  ``cluster``); client the official ``pulsar-client``.
+  ``cluster``); clients the official ``pulsar-client`` and ``stripemq.client.aio``.
 
 The same three figures for each (1 KiB messages, every client in this one process; the
 blocking official client runs in executor threads, the asyncio clients on the event loop):
@@ -615,6 +615,7 @@ async def measure_standalone(base: Path, args: Any, rows: list[dict[str, Any]]) 
 async def measure_cluster(base: Path, args: Any, rows: list[dict[str, Any]]) -> None:
     async with cluster(base) as url:
         await measure_pulsar_client("stripemq-cluster-E3-Qw2-Qa2", url, args, rows)
+        await measure_aio_client("stripemq-cluster-E3-Qw2-Qa2", url, args, rows)
 
 
 MEASURE = {
