@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import functools
 import logging
 import time
 from collections.abc import Awaitable
@@ -47,7 +46,7 @@ class LocalBookieClient:
         self.add_timeout = config.add_entry_timeout_s
         self._queue: list[_QueuedAdd] = []
         self._flush_scheduled = False
-        self._storing: set[asyncio.Task[list[AddResult]]] = set()  # batches in storage
+        self._storing: set[asyncio.Task[None]] = set()  # batches in storage
         self._closed = False
 
     async def connect(self) -> None:
@@ -93,12 +92,27 @@ class LocalBookieClient:
         if not batch:
             return
         loop = asyncio.get_running_loop()
-        # Held in _storing until done (ruff does not see it).
-        work = loop.create_task(self.handler.add([op for op, _ in batch]))  # noqa: RUF006
+        late = loop.call_later(self.add_timeout, self._time_out, batch)
+        # Held in _storing until done.
+        work = loop.create_task(self._store(batch, late, time.perf_counter()))
         self._storing.add(work)
         work.add_done_callback(self._storing.discard)
-        late = loop.call_later(self.add_timeout, self._time_out, batch)
-        work.add_done_callback(functools.partial(self._stored, batch, late, time.perf_counter()))
+
+    async def _store(
+        self, batch: list[_QueuedAdd], late: asyncio.TimerHandle, started: float
+    ) -> None:
+        """Store ``batch`` and answer its callers in the same step that hears storage
+        finish (a done callback would cost the broker one more loop turn per batch)."""
+        try:
+            results = await self.handler.add([op for op, _ in batch])  # answers every op
+        except asyncio.CancelledError:
+            self._answer(batch, [BookieUnavailableError("add cancelled")] * len(batch))
+            raise
+        finally:
+            late.cancel()
+        took = time.perf_counter() - started
+        self.handler.answered((isinstance(r, EntryHeader) for r in results), took)
+        self._answer(batch, results)
 
     def _time_out(self, batch: list[_QueuedAdd]) -> None:
         late = BookieTimeoutError(
@@ -108,20 +122,8 @@ class LocalBookieClient:
             if not future.done():
                 future.set_exception(copy.copy(late))
 
-    def _stored(
-        self,
-        batch: list[_QueuedAdd],
-        late: asyncio.TimerHandle,
-        started: float,
-        work: asyncio.Task[list[AddResult]],
-    ) -> None:
-        late.cancel()
-        if work.cancelled():
-            results: list[AddResult] = [BookieUnavailableError("add cancelled")] * len(batch)
-        else:
-            results = work.result()  # the handler answers every op, never raises
-            took = time.perf_counter() - started
-            self.handler.answered((isinstance(r, EntryHeader) for r in results), took)
+    @staticmethod
+    def _answer(batch: list[_QueuedAdd], results: list[AddResult]) -> None:
         for (_, future), result in zip(batch, results, strict=True):
             if future.done():
                 continue  # timed out (or the caller gave up)
