@@ -712,6 +712,11 @@ class ServerConnection:
                 consumer.slot.writable = False
             self._draining = asyncio.ensure_future(self._resume_when_drained())
 
+    def flush_messages(self) -> None:
+        """The round's messages go out now, one write: the consumer need not wait for
+        the rest of this loop turn (the other connections' work) to hear of them."""
+        self._write_unsent()
+
     async def _resume_when_drained(self) -> None:
         """Once the client has taken what was written, its consumers may get more."""
         try:

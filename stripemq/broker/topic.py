@@ -97,6 +97,11 @@ class MessageSink(Protocol):
         ack_set: list[int] | None = None,
     ) -> None: ...
 
+    def flush_messages(self) -> None:
+        """A dispatch round has queued its messages: write them now, in one syscall,
+        rather than at the end of the loop turn."""
+        ...
+
     def send_active_change(self, consumer_id: int, is_active: bool) -> None: ...
 
     def send_reached_end_of_topic(self, consumer_id: int) -> None: ...
@@ -648,6 +653,7 @@ class Subscription:
 
     def _send(self, deliveries: list[Delivery], data: dict[Position, bytes]) -> None:
         partition = self.topic.topic_name.partition_index
+        sinks: dict[int, MessageSink] = {}
         for delivery in deliveries:
             position = delivery.position
             message_id = pb.MessageIdData(
@@ -667,6 +673,9 @@ class Subscription:
                 data[position],
                 ack_set,
             )
+            sinks[id(consumer.sink)] = consumer.sink
+        for sink in sinks.values():
+            sink.flush_messages()
 
     async def _wait_for_wake(self) -> None:
         await self._wake.wait()

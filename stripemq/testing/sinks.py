@@ -18,6 +18,9 @@ class NullSink:
     ) -> None:
         pass
 
+    def flush_messages(self) -> None:
+        pass
+
     def send_active_change(self, consumer_id: int, is_active: bool) -> None:
         pass
 

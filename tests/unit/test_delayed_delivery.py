@@ -384,3 +384,56 @@ async def test_disabled_delays_deliver_at_once() -> None:
         await until(lambda: len(inbox.received) == 1, "one message arrived", timeout=5)
     finally:
         await subscription.close()
+
+
+@dataclass
+class Wire(NullSink):
+    """A connection's log of what it was asked: a MESSAGE, or to write the messages out."""
+
+    log: list[str] = field(default_factory=list)
+
+    def send_message(
+        self,
+        consumer_id: int,
+        message_id: pb.MessageIdData,
+        redelivery_count: int,
+        entry: bytes,
+        ack_set: list[int] | None = None,
+    ) -> None:
+        self.log.append(f"message {consumer_id}")
+
+    def flush_messages(self) -> None:
+        self.log.append("flush")
+
+
+async def test_a_dispatch_round_flushes_each_connection_after_its_messages() -> None:
+    """Messages are written out by the round that queued them, once per connection, so
+    a consumer does not wait for the rest of the loop turn to hear of them."""
+    ml = MemoryLedger()
+    topic = FakeTopic(ml, DelayedDeliveryConfig(enabled=False))
+    cursor = NonDurableCursor("sub", ml.chain, Position(1, -1))
+    subscription = Subscription(topic, cursor, pb.CommandSubscribe.Shared)  # type: ignore[arg-type]
+    shared, alone = Wire(), Wire()  # two consumers on one connection, one on another
+    consumers = [
+        Consumer(ConsumerSlot(1, "a"), shared, subscription),
+        Consumer(ConsumerSlot(2, "b"), shared, subscription),
+        Consumer(ConsumerSlot(3, "c"), alone, subscription),
+    ]
+    for consumer in consumers:
+        subscription.add_consumer(consumer)
+    for text in "abcdef":
+        ml.append(message(text))
+    for consumer in consumers:
+        subscription.flow(consumer, 10)
+    try:
+        sent = lambda: sum(e != "flush" for w in (shared, alone) for e in w.log)  # noqa: E731
+        await until(lambda: sent() == 6, "six messages sent", timeout=5)
+        ml.append(message("g"))  # a second round, from the tail
+        await until(lambda: sent() == 7, "the seventh message sent", timeout=5)
+        for wire in (shared, alone):
+            assert wire.log and wire.log[-1] == "flush", wire.log  # nothing left unwritten
+            pairs = zip(wire.log, wire.log[1:], strict=False)
+            assert ("flush", "flush") not in pairs, wire.log  # a flush only after messages
+        assert {e for e in shared.log if e != "flush"} == {"message 1", "message 2"}
+    finally:
+        await subscription.close()
