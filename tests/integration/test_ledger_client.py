@@ -180,6 +180,10 @@ async def test_a_hung_bookie_is_asked_last_after_one_failed_batch(
         cluster.kill_all()
 
 
+# Enough adds that the kill lands with a full window of 500 in flight, well before the end.
+MID_STREAM_ADDS = 4_000
+
+
 @pytest.mark.parametrize("binary_adds", [True, False], ids=["binary-adds", "grpc-adds"])
 async def test_sigkill_mid_stream_changes_ensemble_and_loses_nothing(
     metadata_url: str, store: MetadataStore, tmp_path: Path, binary_adds: bool
@@ -193,8 +197,8 @@ async def test_sigkill_mid_stream_changes_ensemble_and_loses_nothing(
         acked: list[int] = []
         futures: list[asyncio.Future[int]] = []
         window: set[asyncio.Future[int]] = set()
-        for i in range(10_000):
-            if i == 3_000:
+        for i in range(MID_STREAM_ADDS):
+            if i == MID_STREAM_ADDS // 3:
                 victim.kill()
             future = handle.add_entry_async(payload(i))
             future.add_done_callback(lambda f: acked.append(f.result()))
@@ -204,23 +208,23 @@ async def test_sigkill_mid_stream_changes_ensemble_and_loses_nothing(
                 _, window = await asyncio.wait(window, return_when=asyncio.FIRST_COMPLETED)
         # Over every future, not just the window: asyncio.wait may count a future done whose
         # callbacks are still queued, and gather's own callbacks run after those.
-        assert await asyncio.gather(*futures) == list(range(10_000))
-        assert acked == list(range(10_000))  # every add completed, in entry order
+        assert await asyncio.gather(*futures) == list(range(MID_STREAM_ADDS))
+        assert acked == list(range(MID_STREAM_ADDS))  # every add completed, in entry order
         assert victim.address not in handle.ensemble
         assert len(handle.metadata.ensembles) >= 2
         await handle.close()
 
         reader = await bk.open_ledger(handle.ledger_id)
-        assert reader.last_add_confirmed == 9_999
-        entries = await reader.read_entries(0, 9_999)
-        assert [e.entry_id for e in entries] == list(range(10_000))
+        assert reader.last_add_confirmed == MID_STREAM_ADDS - 1
+        entries = await reader.read_entries(0, MID_STREAM_ADDS - 1)
+        assert [e.entry_id for e in entries] == list(range(MID_STREAM_ADDS))
         assert all(e.data == payload(e.entry_id) for e in entries)
         # Entries after the change are on the new ensemble only, on exactly their write sets.
         metadata = reader.metadata
         start = max(metadata.ensembles)
         for address in metadata.ensembles[start]:
-            held = await holdings(address, handle.ledger_id, range(start, 10_000))
-            on_it = {e for e in range(start, 10_000) if address in metadata.write_set_bookies(e)}
+            held = await holdings(address, handle.ledger_id, range(start, MID_STREAM_ADDS))
+            on_it = {e for e in range(start, MID_STREAM_ADDS) if address in metadata.write_set_bookies(e)}
             assert on_it <= set(held)
     finally:
         await bk.close()
