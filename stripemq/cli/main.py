@@ -7,7 +7,9 @@ A role with settings (``ROLE_CONFIGS``) takes ``--conf FILE``, ``-c KEY=VALUE`` 
 dataclass (``--port``, ``--metadata``, ...): the option's help is the setting's doc.
 
 Each role's modules are imported only when that role runs (or when the whole parser is
-built, for ``--help``): ``stripemq admin`` imports none of them.
+built, for ``--help``): ``stripemq admin`` imports none of them, and a ``stripemq bookie``
+process parses its own command only, so it never imports the broker, the client or the
+tools (a second and more off every bookie's start).
 """
 
 from __future__ import annotations
@@ -28,22 +30,48 @@ log = logging.getLogger("stripemq.cli")
 T = TypeVar("T")
 
 
+ROLES = ("standalone", "broker", "bookie", "autorecovery", "zookeeper")
+"""The long-running roles, each with a settings dataclass of its own."""
+
+ROLE_HELP = {
+    "standalone": "embedded metadata store, one bookie and one broker in one process",
+    "broker": "run a broker (Pulsar protocol on 6650)",
+    "bookie": "run a bookie (storage node)",
+    "autorecovery": "run auto-recovery (auditor candidate and replication workers)",
+    "zookeeper": "run one ZooKeeper server (Debian's package) from stripemq settings",
+}
+
+
+def role_config(role: str) -> type[Any]:
+    """``role``'s settings dataclass, importing only that role's modules (a bookie process
+    need not import the broker)."""
+    if role == "standalone":
+        from stripemq.standalone import StandaloneConfig
+
+        return StandaloneConfig
+    if role == "broker":
+        from stripemq.broker.config import BrokerConfig
+
+        return BrokerConfig
+    if role == "bookie":
+        from stripemq.bookie.config import BookieConfig
+
+        return BookieConfig
+    if role == "autorecovery":
+        from stripemq.bookie.autorecovery import AutoRecoveryConfig
+
+        return AutoRecoveryConfig
+    if role == "zookeeper":
+        from stripemq.zookeeper.config import ZooKeeperConfig
+
+        return ZooKeeperConfig
+    raise KeyError(role)
+
+
 def role_configs() -> dict[str, type[Any]]:
     """The settings dataclass of each role that has settings (``--print-config``, the
     README's settings tables through scripts/gen_settings_docs.py)."""
-    from stripemq.bookie.autorecovery import AutoRecoveryConfig
-    from stripemq.bookie.config import BookieConfig
-    from stripemq.broker.config import BrokerConfig
-    from stripemq.standalone import StandaloneConfig
-    from stripemq.zookeeper.config import ZooKeeperConfig
-
-    return {
-        "standalone": StandaloneConfig,
-        "broker": BrokerConfig,
-        "bookie": BookieConfig,
-        "autorecovery": AutoRecoveryConfig,
-        "zookeeper": ZooKeeperConfig,
-    }
+    return {role: role_config(role) for role in ROLES}
 
 
 def __getattr__(name: str) -> Any:
@@ -112,7 +140,35 @@ def _load(args: argparse.Namespace, settings: type[T]) -> T:
     return load_config(settings, args.conf, overrides)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _add_role_parser(sub: Any, role: str) -> None:
+    """``stripemq <role>``: the role's settings as options, plus ``-c``, ``--conf`` and the
+    rest of the common options."""
+    parser = sub.add_parser(role, help=ROLE_HELP[role])
+    _add_common(parser, role_config(role))
+    if role == "autorecovery":
+        once = parser.add_mutually_exclusive_group()
+        once.add_argument(
+            "--disable",
+            action="store_true",
+            help="switch auto-recovery off cluster-wide, then exit",
+        )
+        once.add_argument("--enable", action="store_true", help="switch it back on, then exit")
+        once.add_argument(
+            "--status",
+            action="store_true",
+            help="print the auditor and the under-replicated ledgers as JSON, then exit",
+        )
+
+
+def build_parser(only_role: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line, or with ``only_role`` just that role's command (what a
+    bookie or broker process parses, so it imports no other role's or tool's modules)."""
+    parser = argparse.ArgumentParser(prog="stripemq", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    if only_role is not None:
+        _add_role_parser(sub, only_role)
+        return parser
+
     from stripemq.cli.admin import add_admin_parser
     from stripemq.cli.chaos import add_chaos_parser
     from stripemq.cli.client import add_client_parser
@@ -122,41 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     from stripemq.cli.tokens import add_tokens_parser
     from stripemq.cli.wait import add_wait_parser
 
-    configs = role_configs()
-    parser = argparse.ArgumentParser(prog="stripemq", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    standalone = sub.add_parser(
-        "standalone", help="embedded metadata store, one bookie and one broker in one process"
-    )
-    _add_common(standalone, configs["standalone"])
-
-    broker = sub.add_parser("broker", help="run a broker (Pulsar protocol on 6650)")
-    _add_common(broker, configs["broker"])
-
-    bookie = sub.add_parser("bookie", help="run a bookie (storage node)")
-    _add_common(bookie, configs["bookie"])
-
-    autorecovery = sub.add_parser(
-        "autorecovery", help="run auto-recovery (auditor candidate and replication workers)"
-    )
-    _add_common(autorecovery, configs["autorecovery"])
-    once = autorecovery.add_mutually_exclusive_group()
-    once.add_argument(
-        "--disable", action="store_true", help="switch auto-recovery off cluster-wide, then exit"
-    )
-    once.add_argument("--enable", action="store_true", help="switch it back on, then exit")
-    once.add_argument(
-        "--status",
-        action="store_true",
-        help="print the auditor and the under-replicated ledgers as JSON, then exit",
-    )
-
-    zookeeper = sub.add_parser(
-        "zookeeper", help="run one ZooKeeper server (Debian's package) from stripemq settings"
-    )
-    _add_common(zookeeper, configs["zookeeper"])
-
+    for role in ROLES:
+        _add_role_parser(sub, role)
     add_shell_parser(sub)
     add_client_parser(sub)
     add_admin_parser(sub)
@@ -295,6 +318,12 @@ async def _run_standalone(args: argparse.Namespace) -> None:
     await _serve_until_signalled(_standalone(args))
 
 
+async def _run_shell(args: argparse.Namespace) -> None:
+    from stripemq.cli.shell import run_shell
+
+    await run_shell(args)
+
+
 async def _run_broker(args: argparse.Namespace) -> None:
     from stripemq.broker.app import BrokerApp
     from stripemq.broker.config import BrokerConfig
@@ -305,8 +334,6 @@ async def _run_broker(args: argparse.Namespace) -> None:
 def config_text(args: argparse.Namespace) -> str:
     """What ``stripemq <role> --print-config`` prints: the role's settings, after its
     defaults, ``--conf``, ``STRIPEMQ_*`` variables and options, as a commented TOML file."""
-    from stripemq.bookie.config import BookieConfig
-    from stripemq.broker.config import BrokerConfig
     from stripemq.config import describe, render_settings
 
     role = args.command
@@ -315,7 +342,10 @@ def config_text(args: argparse.Namespace) -> str:
         "# Each setting: its help, then (type; default; Pulsar name; option), then its value.\n"
     )
     if role != "standalone":
-        return f"{head}\n{render_settings(_load(args, role_configs()[role]))}"
+        return f"{head}\n{render_settings(_load(args, role_config(role)))}"
+    from stripemq.bookie.config import BookieConfig
+    from stripemq.broker.config import BrokerConfig
+
     standalone = _standalone(args)
     bookie, broker = standalone.bookie_config, standalone.broker_config
     shared = sorted(
@@ -358,6 +388,8 @@ def main(argv: list[str] | None = None) -> None:
         parser = argparse.ArgumentParser(prog="stripemq")
         add_wait_parser(parser.add_subparsers(dest="command", required=True))
         args = parser.parse_args(argv)
+    elif argv[:1] and argv[0] in ROLES:  # a long-running role parses its own command only
+        args = build_parser(only_role=argv[0]).parse_args(argv)
     else:
         args = build_parser().parse_args(argv)
     if args.command == "client":  # blocking, with its own event loop thread
@@ -397,7 +429,6 @@ def main(argv: list[str] | None = None) -> None:
     )
     import asyncio
 
-    from stripemq.cli.shell import run_shell
     from stripemq.errors import StripeMQError
 
     if getattr(args, "print_config", False):
@@ -413,7 +444,7 @@ def main(argv: list[str] | None = None) -> None:
         "bookie": _run_bookie,
         "autorecovery": _run_autorecovery,
         "zookeeper": _run_zookeeper,
-        "shell": run_shell,
+        "shell": _run_shell,
     }
     try:
         asyncio.run(runners[args.command](args))

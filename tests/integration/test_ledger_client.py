@@ -224,7 +224,9 @@ async def test_sigkill_mid_stream_changes_ensemble_and_loses_nothing(
         start = max(metadata.ensembles)
         for address in metadata.ensembles[start]:
             held = await holdings(address, handle.ledger_id, range(start, MID_STREAM_ADDS))
-            on_it = {e for e in range(start, MID_STREAM_ADDS) if address in metadata.write_set_bookies(e)}
+            on_it = {
+                e for e in range(start, MID_STREAM_ADDS) if address in metadata.write_set_bookies(e)
+            }
             assert on_it <= set(held)
     finally:
         await bk.close()
