@@ -7,15 +7,16 @@ A role with settings (``ROLE_CONFIGS``) takes ``--conf FILE``, ``-c KEY=VALUE`` 
 dataclass (``--port``, ``--metadata``, ...): the option's help is the setting's doc.
 
 Each role's modules are imported only when that role runs (or when the whole parser is
-built, for ``--help``): ``stripemq admin`` imports none of them, and a ``stripemq bookie``
-process parses its own command only, so it never imports the broker, the client or the
-tools (a second and more off every bookie's start).
+built, for ``--help``): a command parses its own options only, so a ``stripemq bookie``
+process never imports the broker, the client or the tools (a second and more off every
+bookie's start), and ``stripemq admin`` imports none of them.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import logging
 import signal
 import sys
@@ -160,34 +161,37 @@ def _add_role_parser(sub: Any, role: str) -> None:
         )
 
 
-def build_parser(only_role: str | None = None) -> argparse.ArgumentParser:
-    """The whole command line, or with ``only_role`` just that role's command (what a
-    bookie or broker process parses, so it imports no other role's or tool's modules)."""
+TOOLS = {
+    "shell": "shell",
+    "client": "client",
+    "admin": "admin",
+    "initialize-cluster-metadata": "initialize",
+    "spark": "spark",
+    "wait": "wait",
+    "chaos": "chaos",
+    "tokens": "tokens",
+}
+"""Each tool command and its module, ``stripemq.cli.<module>``, which has
+``add_<module>_parser``."""
+
+
+def _add_tool_parser(sub: Any, command: str) -> None:
+    module = TOOLS[command]
+    add_parser = getattr(importlib.import_module(f"stripemq.cli.{module}"), f"add_{module}_parser")
+    add_parser(sub)
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line, or with ``only`` just that one command (what a bookie or a
+    ``stripemq client`` run parses, so it imports no other command's modules)."""
     parser = argparse.ArgumentParser(prog="stripemq", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    if only_role is not None:
-        _add_role_parser(sub, only_role)
-        return parser
-
-    from stripemq.cli.admin import add_admin_parser
-    from stripemq.cli.chaos import add_chaos_parser
-    from stripemq.cli.client import add_client_parser
-    from stripemq.cli.initialize import add_initialize_parser
-    from stripemq.cli.shell import add_shell_parser
-    from stripemq.cli.spark import add_spark_parser
-    from stripemq.cli.tokens import add_tokens_parser
-    from stripemq.cli.wait import add_wait_parser
-
     for role in ROLES:
-        _add_role_parser(sub, role)
-    add_shell_parser(sub)
-    add_client_parser(sub)
-    add_admin_parser(sub)
-    add_initialize_parser(sub)
-    add_spark_parser(sub)
-    add_wait_parser(sub)
-    add_chaos_parser(sub)
-    add_tokens_parser(sub)
+        if only in (None, role):
+            _add_role_parser(sub, role)
+    for command in TOOLS:
+        if only in (None, command):
+            _add_tool_parser(sub, command)
     return parser
 
 
@@ -382,14 +386,8 @@ def main(argv: list[str] | None = None) -> None:
         from stripemq.cli.tokens import main as tokens_main
 
         sys.exit(tokens_main(argv[1:]))
-    if argv[:1] == ["wait"]:  # init containers: no role's modules, no full parser
-        from stripemq.cli.wait import add_wait_parser
-
-        parser = argparse.ArgumentParser(prog="stripemq")
-        add_wait_parser(parser.add_subparsers(dest="command", required=True))
-        args = parser.parse_args(argv)
-    elif argv[:1] and argv[0] in ROLES:  # a long-running role parses its own command only
-        args = build_parser(only_role=argv[0]).parse_args(argv)
+    if argv[:1] and (argv[0] in ROLES or argv[0] in TOOLS):  # that command's modules only
+        args = build_parser(only=argv[0]).parse_args(argv)
     else:
         args = build_parser().parse_args(argv)
     if args.command == "client":  # blocking, with its own event loop thread

@@ -1,6 +1,6 @@
-"""A long-running role's process imports its own modules only: a bookie started by the
-hundred in a cluster (or a test suite) should not pay for the broker, the client or the
-tools' parsers at every start."""
+"""A command imports its own modules only: a bookie started by the hundred in a cluster (or
+a test suite) should not pay for the broker, the client or the tools' parsers at every
+start, nor ``stripemq client`` for the broker."""
 
 from __future__ import annotations
 
@@ -39,6 +39,32 @@ def test_a_role_imports_no_other_roles_or_tools_modules(role: str) -> None:
     modules = json.loads(run.stderr.strip().splitlines()[-1])
     leaked = [m for m in modules if m.startswith(FOREIGN[role])]
     assert leaked == [], f"stripemq {role} imported {leaked}"
+
+
+# Parses ``<command> --help``, which exits, and lists the modules on the way out.
+TOOL_PROBE = """
+import atexit, json, sys
+from stripemq.cli.main import build_parser
+atexit.register(lambda: print(json.dumps(sorted(sys.modules)), file=sys.stderr))
+build_parser(only=sys.argv[1]).parse_args([sys.argv[1], "--help"])
+"""
+TOOL_FOREIGN = {
+    "client": ("stripemq.broker", "stripemq.bookie", "stripemq.standalone", "stripemq.cli.admin"),
+    "shell": ("stripemq.broker", "stripemq.client", "stripemq.standalone", "stripemq.cli.admin"),
+    "wait": ("stripemq.broker", "stripemq.bookie", "stripemq.client", "stripemq.standalone"),
+}
+
+
+@pytest.mark.parametrize("command", sorted(TOOL_FOREIGN))
+def test_a_tool_parses_its_own_options_only(command: str) -> None:
+    run = subprocess.run(
+        [sys.executable, "-c", TOOL_PROBE, command], capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr  # --help exits 0
+    assert f"usage: stripemq {command}" in run.stdout
+    modules = json.loads(run.stderr.strip().splitlines()[-1])
+    leaked = [m for m in modules if m.startswith(TOOL_FOREIGN[command])]
+    assert leaked == [], f"stripemq {command} imported {leaked}"
 
 
 def test_the_whole_parser_still_lists_every_command() -> None:
