@@ -17,6 +17,17 @@ FOREIGN = {
     "zookeeper": (*TOOLS, "stripemq.broker", "stripemq.bookie", "stripemq.client"),
 }
 
+
+def run_probe(probe: str, command: str) -> tuple[str, list[str]]:
+    """Runs ``probe`` for ``command`` in a fresh interpreter: its stdout, and the modules it
+    had imported (the JSON list on stderr's last line)."""
+    run = subprocess.run(
+        [sys.executable, "-c", probe, command], capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr  # --help exits 0 too
+    return run.stdout, json.loads(run.stderr.strip().splitlines()[-1])
+
+
 # Runs a role's command as far as its runner, which it hands to a stand-in asyncio.run (the
 # runner's own imports, inside the coroutine, are the role's), then --print-config.
 PROBE = """
@@ -31,12 +42,8 @@ print(json.dumps(sorted(sys.modules)), file=sys.stderr)
 
 @pytest.mark.parametrize("role", sorted(FOREIGN))
 def test_a_role_imports_no_other_roles_or_tools_modules(role: str) -> None:
-    run = subprocess.run(
-        [sys.executable, "-c", PROBE, role], capture_output=True, text=True, timeout=60
-    )
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.startswith(f"# stripemq {role} settings"), run.stdout[:200]
-    modules = json.loads(run.stderr.strip().splitlines()[-1])
+    stdout, modules = run_probe(PROBE, role)
+    assert stdout.startswith(f"# stripemq {role} settings"), stdout[:200]
     leaked = [m for m in modules if m.startswith(FOREIGN[role])]
     assert leaked == [], f"stripemq {role} imported {leaked}"
 
@@ -57,12 +64,8 @@ TOOL_FOREIGN = {
 
 @pytest.mark.parametrize("command", sorted(TOOL_FOREIGN))
 def test_a_tool_parses_its_own_options_only(command: str) -> None:
-    run = subprocess.run(
-        [sys.executable, "-c", TOOL_PROBE, command], capture_output=True, text=True, timeout=60
-    )
-    assert run.returncode == 0, run.stderr  # --help exits 0
-    assert f"usage: stripemq {command}" in run.stdout
-    modules = json.loads(run.stderr.strip().splitlines()[-1])
+    stdout, modules = run_probe(TOOL_PROBE, command)
+    assert f"usage: stripemq {command}" in stdout
     leaked = [m for m in modules if m.startswith(TOOL_FOREIGN[command])]
     assert leaked == [], f"stripemq {command} imported {leaked}"
 
