@@ -474,13 +474,14 @@ class Doorway:
 
     async def shut(self) -> None:
         """Stop listening and cut every forwarded connection, as a dead server would."""
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
         for writer in list(self._writers):
             writer.transport.abort()
         self._writers.clear()
+        if server is not None:
+            await server.wait_closed()  # since 3.12 this also waits for the cut connections
 
     async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -491,6 +492,10 @@ class Doorway:
             writer.transport.abort()
             return
         pair = {writer, upstream_writer}
+        if self._server is None:  # shut while this connection was being made
+            for one in pair:
+                one.transport.abort()
+            return
         self._writers |= pair
 
         async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
