@@ -7,7 +7,6 @@ the few that check what only one backend has, such as local:// durability).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fcntl
 import os
 import sqlite3
@@ -21,6 +20,7 @@ from typing import Any
 import pytest
 
 import stripemq
+from stripemq.chaos.proxy import PartitionProxy
 from stripemq.errors import (
     BadVersionError,
     ConfigError,
@@ -452,72 +452,26 @@ async def test_zk_unreachable() -> None:
     await store.close()
 
 
-class Doorway:
-    """A TCP forwarder in front of a ZooKeeper server that the test opens and shuts.
+async def forwarder(target_port: int, port: int = 0) -> PartitionProxy:
+    """A TCP forwarder (nothing partitioned) to a ZooKeeper server; ``close()`` cuts it off.
 
     ZooKeeper listens on its port before it serves: a client whose reconnect lands in that
-    window can have its handshake dropped unanswered and then waits a whole session timeout,
-    by which time the session has expired. Reopening the doorway only once the restarted
-    server serves keeps that race (ZooKeeper's, not the store's) out of the test.
+    window can have its handshake go unanswered and then waits a whole session timeout, by
+    which time the session has expired. Letting clients through only once the restarted
+    server serves keeps that race (ZooKeeper's, not the store's) out of the test below.
     """
-
-    def __init__(self) -> None:
-        self.target_port = 0
-        self.port = 0
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-
-    async def open(self, target_port: int) -> None:
-        self.target_port = target_port
-        self._server = await asyncio.start_server(self._forward, "127.0.0.1", self.port)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    async def shut(self) -> None:
-        """Stop listening and cut every forwarded connection, as a dead server would."""
-        server, self._server = self._server, None
-        if server is not None:
-            server.close()
-        for writer in list(self._writers):
-            writer.transport.abort()
-        self._writers.clear()
-        if server is not None:
-            await server.wait_closed()  # since 3.12 this also waits for the cut connections
-
-    async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            upstream_reader, upstream_writer = await asyncio.open_connection(
-                "127.0.0.1", self.target_port
-            )
-        except OSError:
-            writer.transport.abort()
-            return
-        pair = {writer, upstream_writer}
-        if self._server is None:  # shut while this connection was being made
-            for one in pair:
-                one.transport.abort()
-            return
-        self._writers |= pair
-
-        async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(OSError):
-                while data := await source.read(65536):
-                    sink.write(data)
-                    await sink.drain()
-            for one in pair:
-                one.transport.abort()
-
-        await asyncio.gather(pump(reader, upstream_writer), pump(upstream_reader, writer))
-        self._writers -= pair
+    proxy = PartitionProxy(("127.0.0.1", target_port), dict, port=port)
+    await proxy.start()
+    return proxy
 
 
 @pytest.mark.integration
 async def test_zk_session_and_watches_survive_a_server_restart(tmp_path: Path) -> None:
     data_dir = tmp_path / "zk"
     server = await asyncio.to_thread(ZooKeeperServer(data_dir=data_dir).start)
-    doorway = Doorway()
-    await doorway.open(server.port)
+    doorway = await forwarder(server.port)
     events = Recorder()
-    store = ZooKeeperMetadataStore(f"zk://127.0.0.1:{doorway.port}/restart", session_timeout=10.0)
+    store = ZooKeeperMetadataStore(f"zk://{doorway.address}/restart", session_timeout=10.0)
     store.add_session_listener(events)
     await store.start()
     other: ZooKeeperMetadataStore | None = None
@@ -527,12 +481,12 @@ async def test_zk_session_and_watches_survive_a_server_restart(tmp_path: Path) -
         store.watch("/watched", seen)
         await store.exists("/watched")
 
-        await doorway.shut()
+        await doorway.close()
         await asyncio.to_thread(server.stop)
         await events.wait_for(SessionEvent.SUSPENDED)
         server = ZooKeeperServer(port=server.port, data_dir=data_dir)
         await asyncio.to_thread(server.start)
-        await doorway.open(server.port)
+        doorway = await forwarder(server.port, port=doorway.port)
         await events.wait_for(SessionEvent.RECONNECTED)
 
         assert await store.exists("/mine") is not None, "same session: ephemeral node kept"
@@ -545,7 +499,7 @@ async def test_zk_session_and_watches_survive_a_server_restart(tmp_path: Path) -
         if other is not None:
             await other.close()
         await store.close()
-        await doorway.shut()
+        await doorway.close()
         await asyncio.to_thread(server.stop)
 
 
