@@ -140,6 +140,8 @@ async def test_json_bodies(client: TestClient) -> None:
     response = await client.post("/echo", data=b"{nope")
     assert response.status == 400 and "not valid JSON" in (await response.json())["reason"]
     assert (await client.get("/none")).status == 204
+    response = await client.post("/echo", data=b"[" * 100_000 + b"]" * 100_000)
+    assert response.status == 400 and "nested too deeply" in (await response.json())["reason"]
 
 
 async def test_names_in_paths(client: TestClient) -> None:

@@ -182,6 +182,8 @@ async def read_json(request: web.Request, *, required: bool = True) -> Any:
         return json.loads(raw)
     except ValueError as exc:
         raise RestError(400, f"the body is not valid JSON: {exc}") from None
+    except RecursionError:  # the decoder's own limit: a body nested thousands deep
+        raise RestError(400, "the body is not valid JSON: nested too deeply") from None
 
 
 def ok_json(value: object) -> web.Response:
