@@ -58,6 +58,8 @@ def check_subscription_name(name: str) -> None:
     """Raises ``ReservedSubscriptionNameError`` for a name no client may subscribe with."""
     if not name.strip():
         raise ReservedSubscriptionNameError("empty subscription name")
+    if name in (".", "..") or "\x00" in name:  # no cursor node could be named so
+        raise ReservedSubscriptionNameError(f"invalid subscription name {name!r}")
     if name == DEDUPLICATION_CURSOR or name.startswith(REPLICATOR_PREFIX):
         log.warning("refused a subscription with the reserved name %r", name)
         raise ReservedSubscriptionNameError(

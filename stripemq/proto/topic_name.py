@@ -63,7 +63,9 @@ class TopicName:
         for part in (tenant, namespace):
             if not is_valid_name(part):
                 raise InvalidTopicNameError(f"topic {text!r}: invalid tenant or namespace")
-        if not local or "\n" in local or "\x00" in local:
+        # ``.`` and ``..`` would be path components of the topic's metadata, which no
+        # store takes (Pulsar's stores fail on them too, deeper down).
+        if local in ("", ".", "..") or "\n" in local or "\x00" in local:
             raise InvalidTopicNameError(f"topic {text!r}: invalid local name")
         return cls(domain, tenant, namespace, local)
 

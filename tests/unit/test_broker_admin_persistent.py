@@ -16,6 +16,7 @@ from admin_app import admin_app
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 from ledger_fakes import FakeBookKeeper
+from yarl import URL
 
 from stripemq.bookie.client import BookKeeper
 from stripemq.broker.admin.persistent import (
@@ -255,6 +256,33 @@ async def test_unknown_things_are_refused_and_nothing_is_written(
     answer = await admin.call(method, path)
     assert answer[0] == status
     assert answer[1]["reason"]
+    assert await metadata_tree(admin.store) == before
+
+
+@pytest.mark.parametrize(
+    ("method", "suffix"),
+    [
+        ("PUT", "/%2e%2e"),
+        ("PUT", "/%2e"),
+        ("GET", "/%2e%2e/stats"),
+        ("GET", "/%2e%2e/partitions"),
+        ("PUT", "/%2e%2e/partitions"),
+        ("GET", "/%2e%2e/lastMessageId"),
+        ("PUT", "/t/subscription/%2e%2e"),
+        ("PUT", "/t/subscription/a%00b"),
+    ],
+)
+async def test_names_no_metadata_node_could_have_are_412(
+    admin: Admin, method: str, suffix: str
+) -> None:
+    """``.``, ``..`` and NUL, sent encoded as they are (not resolved as a relative path):
+    refused as names, never a 500 from the metadata store."""
+    await admin.topic("persistent://public/default/t")
+    before = await metadata_tree(admin.store)
+    url = URL(str(admin.client.make_url(P)) + suffix, encoded=True)
+    response = await admin.client.session.request(method, url, data=b"2")
+    assert response.status == 412, await response.text()
+    assert (await response.json())["reason"]
     assert await metadata_tree(admin.store) == before
 
 

@@ -1,5 +1,5 @@
-"""Names the broker refuses: non-persistent topics and reserved or empty subscription
-names (``broker.names``), also through ``PersistentTopic``'s subscribe methods."""
+"""Names the broker refuses: non-persistent topics and reserved, empty or unstorable
+(``..``) subscription names (``broker.names``), also through ``PersistentTopic``'s subscribe methods."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.initial_position import InitialPosition
 from stripemq.proto.topic_name import TopicName
 
-RESERVED = ["pulsar.dedup", "pulsar.repl", "pulsar.repl.us-west", "", "   "]
+RESERVED = ["pulsar.dedup", "pulsar.repl", "pulsar.repl.us-west", "", "   ", ".", "..", "a\x00b"]
 
 
 def test_non_persistent_topics_are_refused_with_not_allowed() -> None:
@@ -35,7 +35,9 @@ def test_reserved_and_empty_subscription_names_are_refused(name: str) -> None:
     assert ReservedSubscriptionNameError.server_error == pb.NotAllowedError
 
 
-@pytest.mark.parametrize("name", ["sub", "pulsar", "pulsar.dedup2", "my.pulsar.repl", "reader-1"])
+@pytest.mark.parametrize(
+    "name", ["sub", "pulsar", "pulsar.dedup2", "my.pulsar.repl", "reader-1", "...", ".a", "a/b"]
+)
 def test_ordinary_subscription_names_pass(name: str) -> None:
     check_subscription_name(name)
 

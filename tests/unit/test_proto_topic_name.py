@@ -45,6 +45,9 @@ def test_managed_ledger_names_encode_the_local_name() -> None:
         "a/b/c/d",
         "persistent://t/n s/x",
         "persistent://t/ns/",
+        "persistent://t/ns/.",
+        "..",
+        "persistent://t/ns/a\x00b",
     ],
 )
 def test_invalid_names_are_refused(bad: str) -> None:
