@@ -13,9 +13,10 @@ from typing import Any, cast
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from ledger_fakes import FakeBookKeeper
+from yarl import URL
 
 from stripemq.bookie.client import BookKeeper
-from stripemq.broker.admin.brokers import heartbeat_topic, package_version
+from stripemq.broker.admin.brokers import heartbeat_topic, internal_configuration, package_version
 from stripemq.broker.admin.rest import AdminContext
 from stripemq.broker.config import BrokerConfig
 from stripemq.broker.leader import (
@@ -165,6 +166,40 @@ async def test_the_runtime_configuration_names_the_cluster(admin: Admin) -> None
     assert config["webServicePort"] == "8080"
     assert config["brokerDeduplicationEnabled"] == "false"  # as Java prints a boolean
     assert all(isinstance(value, str) for value in config.values())
+
+
+async def test_no_setting_is_dynamic(admin: Admin) -> None:
+    """Pulsar's dynamic configuration: none here, and a change is refused, not ignored."""
+    assert await admin.call("GET", "/admin/v2/brokers/configuration") == (200, [])
+    assert await admin.call("GET", "/admin/v2/brokers/configuration/values") == (200, {})
+    path = "/admin/v2/brokers/configuration/maxMessageSize"
+    status, body = await admin.call("POST", f"{path}/1024")
+    assert status == 412 and "non-dynamic" in body["reason"]
+    assert (await admin.call("DELETE", path))[0] == 412
+    status, config = await admin.call("GET", "/admin/v2/brokers/configuration/runtime")
+    assert status == 200 and config["maxMessageSize"] != "1024"
+
+
+async def test_the_internal_configuration_names_the_metadata_store(admin: Admin) -> None:
+    status, internal = await admin.call("GET", "/admin/v2/brokers/internal-configuration")
+    assert status == 200
+    assert internal["metadataStoreUrl"] == internal["bookkeeperMetadataServiceUri"]
+    assert internal["ledgersRootPath"] == "/ledgers"
+
+
+def test_the_internal_configuration_of_zookeeper() -> None:
+    internal = internal_configuration("zk://zk-0:2181,zk-1:2181/stripemq")
+    assert internal["zookeeperServers"] == "zk-0:2181,zk-1:2181/stripemq"
+    assert internal["metadataStoreUrl"] == "zk://zk-0:2181,zk-1:2181/stripemq"
+    assert internal_configuration("local:///data")["zookeeperServers"] is None
+
+
+async def test_a_cluster_name_that_is_no_name_is_412(admin: Admin) -> None:
+    for name in ("%2e%2e", "%2e", "a%00b"):  # sent as they are, not resolved as ``..``
+        url = URL(str(admin.client.make_url("/admin/v2/brokers/")) + name, encoded=True)
+        response = await admin.client.session.get(url)
+        assert response.status == 412
+        assert (await response.json())["reason"] == "Cluster name is not valid"
 
 
 async def test_ready_and_version(admin: Admin) -> None:

@@ -6,6 +6,12 @@
   ``serviceUrl`` (Pulsar's ``validateClusterOwnership``); 404 for an unknown cluster.
 - ``GET .../configuration/runtime``: this broker's settings by their Pulsar names
   (``clusterName``, ``webServicePort``, ...), values as strings, as Pulsar answers them.
+- ``GET .../configuration`` and ``.../configuration/values``: the settings that may be
+  changed while the broker runs (none: every setting is read at start-up), and the values
+  they were given; ``POST``/``DELETE .../configuration/{name}[/{value}]`` is 412, as Pulsar
+  answers for a setting that is not dynamic.
+- ``GET .../internal-configuration``: where the metadata lives (Pulsar's
+  ``InternalConfigurationData``).
 - ``GET .../leaderBroker``: the elected leader (``stripemq.broker.leader``) as Pulsar's
   ``{"serviceUrl": <web URL>, "brokerId": ...}``.
 - ``GET .../health``: produces a heartbeat message to this broker's heartbeat topic
@@ -24,9 +30,11 @@ from importlib import metadata as package_metadata
 
 from aiohttp import web
 
+from stripemq.bookie.client.ledger_manager import LEDGERS_ROOT
 from stripemq.broker.admin.rest import (
     AdminContext,
     RestError,
+    name_in_path,
     not_found,
     ok_json,
     precondition_failed,
@@ -69,6 +77,23 @@ def runtime_configuration(config: BrokerConfig) -> dict[str, str]:
     return answer
 
 
+def internal_configuration(metadata_url: str) -> dict[str, str | None]:
+    """Pulsar's ``InternalConfigurationData``: brokers, ledgers and bookies share one
+    metadata store (ledgers under ``/ledgers``)."""
+    zookeeper = None
+    if metadata_url.startswith("zk://"):
+        zookeeper = metadata_url.removeprefix("zk://")
+    return {
+        "zookeeperServers": zookeeper,
+        "configurationStoreServers": zookeeper,
+        "ledgersRootPath": LEDGERS_ROOT,
+        "bookkeeperMetadataServiceUri": metadata_url,
+        "stateStorageServiceUrl": None,
+        "metadataStoreUrl": metadata_url,
+        "configurationMetadataStoreUrl": metadata_url,
+    }
+
+
 def heartbeat_topic(web_url: str, fallback_id: str) -> TopicName:
     """This broker's heartbeat topic, in Pulsar's V2 heartbeat namespace."""
     host = lookup_id(web_url, fallback_id)
@@ -87,7 +112,7 @@ class Brokers:
         return ok_json(await self._active())
 
     async def list_cluster_brokers(self, request: web.Request) -> web.Response:
-        cluster = request.match_info["cluster"]
+        cluster = name_in_path(request, "cluster")
         if cluster != self.ctx.cluster:
             data, _ = await read_cluster(self.ctx.store, cluster)  # 404 if unknown
             if not data.service_url:
@@ -97,6 +122,21 @@ class Brokers:
 
     async def runtime_configuration(self, request: web.Request) -> web.Response:
         return ok_json(runtime_configuration(self.ctx.config))
+
+    async def dynamic_configuration_names(self, request: web.Request) -> web.Response:
+        return ok_json([])
+
+    async def dynamic_configuration_values(self, request: web.Request) -> web.Response:
+        return ok_json({})
+
+    async def update_dynamic_configuration(self, request: web.Request) -> web.Response:
+        raise precondition_failed(
+            f"Can't update non-dynamic configuration {request.match_info['name']!r}: "
+            "every setting is read when the broker starts"
+        )
+
+    async def internal_configuration(self, request: web.Request) -> web.Response:
+        return ok_json(internal_configuration(self.ctx.config.metadata_service_uri))
 
     async def leader_broker(self, request: web.Request) -> web.Response:
         leader = await current_leader(self.ctx.store)
@@ -170,4 +210,10 @@ def add_routes(router: web.UrlDispatcher, ctx: AdminContext) -> None:
     router.add_get("/admin/v2/brokers/ready", r.ready)
     router.add_get("/admin/v2/brokers/version", r.version)
     router.add_get("/admin/v2/brokers/configuration/runtime", r.runtime_configuration)
+    router.add_get("/admin/v2/brokers/configuration", r.dynamic_configuration_names)
+    router.add_get("/admin/v2/brokers/configuration/values", r.dynamic_configuration_values)
+    update = r.update_dynamic_configuration
+    router.add_post("/admin/v2/brokers/configuration/{name}/{value}", update)
+    router.add_delete("/admin/v2/brokers/configuration/{name}", update)
+    router.add_get("/admin/v2/brokers/internal-configuration", r.internal_configuration)
     router.add_get("/admin/v2/brokers/{cluster}", r.list_cluster_brokers)
