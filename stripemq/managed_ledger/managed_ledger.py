@@ -291,8 +291,12 @@ class ManagedLedger:
         )
 
     async def _recover_ledgers(self) -> list[int]:
-        """Close the ledgers a previous owner left open (fencing it); returns empty ones."""
+        """Close the ledgers a previous owner left open (fencing it); returns empty ones.
+
+        A terminated managed ledger keeps its last ledger even when empty: it gets no
+        ledger to write to, and its end (where readers stand) is a position in that one."""
         empty: list[int] = []
+        keep = self.chain.last_ledger_id if self.terminated else None
         for info in list(self.chain):
             if not info.closed:
                 try:
@@ -306,7 +310,7 @@ class ManagedLedger:
                     continue
                 info.closed = True
                 info.closed_ms = now_ms()
-            if info.entries == 0:
+            if info.entries == 0 and info.ledger_id != keep:
                 self.chain.remove(info.ledger_id)
                 empty.append(info.ledger_id)
         return empty
@@ -775,8 +779,10 @@ class ManagedLedger:
         now = now_ms()
         remaining = self.chain.size
         doomed: list[LedgerInfo] = []
+        # A terminated managed ledger has no current ledger; its last one stays instead.
+        last = self.current_ledger_id if not self.terminated else self.chain.last_ledger_id
         for info in self.chain:
-            if info.ledger_id == self.current_ledger_id or not info.closed:
+            if info.ledger_id == last or not info.closed:
                 break
             consumed = info.ledger_id < slowest.ledger_id or (
                 info.ledger_id == slowest.ledger_id and slowest.entry_id >= info.entries - 1

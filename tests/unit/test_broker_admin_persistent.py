@@ -638,6 +638,33 @@ async def test_termination_survives_a_new_owner(store: MetadataStore) -> None:
     await second.close()
 
 
+async def test_an_empty_terminated_topic_ends_at_once_for_a_new_owners_consumers(
+    store: MetadataStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reopened, an empty terminated topic has no ledger at all: a consumer that
+    subscribes there hears the topic ended, and dispatch does not fail on the empty chain."""
+    bk = cast(BookKeeper, FakeBookKeeper())
+    config = ManagedLedgerConfig()
+    first = ManagedLedger("public/default/persistent/void", store, bk, config)
+    await first.open(create=True)
+    await first.terminate()
+    await first.close()
+    second = ManagedLedger("public/default/persistent/void", store, bk, config)
+    await second.open(create=False)
+    assert len(second.chain) == 1  # its one ledger, empty, kept
+    topic = PersistentTopic(TopicName.parse("void"), second)
+    subscription = await topic.subscribe(
+        "s", pb.CommandSubscribe.Exclusive, InitialPosition.Earliest
+    )
+    sink = RecordingSink()
+    consumer = Consumer(ConsumerSlot(7, "c"), sink, subscription)
+    subscription.add_consumer(consumer)
+    subscription.flow(consumer, 100)
+    await until(lambda: sink.ended == [7], "the consumer hears the topic ended", timeout=5)
+    assert not [r for r in caplog.records if "dispatch failed" in r.getMessage()]
+    await topic.close()
+
+
 # --------------------------------------------------------------------------- owners
 
 

@@ -240,3 +240,26 @@ async def test_a_terminated_ledger_is_opened_without_a_ledger_to_write(
         assert [e.data for e in await ml.read_entries(ml.chain.first_position(), 10)] == [b"last"]
         await ml.close()
     assert len(bk.ledgers) == created  # no ledger made (and dropped) per load
+
+
+async def test_a_terminated_ledger_read_to_its_end_keeps_its_last_ledger(
+    store: MetadataStore,
+) -> None:
+    """Trimming (retention 0) drops what every cursor passed, but a terminated managed
+    ledger keeps its last ledger: its end, where its readers stand, is a position there."""
+    bk = FakeBookKeeper()
+    ml = await opened(store, bk)
+    await ml.open_cursor("s", InitialPosition.Earliest)
+    last = await ml.add_entry(b"only")
+    await ml.terminate()
+    await ml.close()
+    ml = ManagedLedger("tenant/ns/persistent/t", store, cast(BookKeeper, bk), CONFIG)
+    await ml.open(create=False)
+    cursor = ml.cursors["s"]
+    cursor.ack([last])
+    await cursor.flush()
+    await ml.trim()
+    assert [info.ledger_id for info in ml.chain] == [last.ledger_id]
+    assert ml.chain.last_confirmed() == last == ml.terminated_position
+    assert cursor.state.first_unacked_from(cursor.read_position) > last  # at the end
+    await ml.close()
