@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import random
 import time
 from collections.abc import Awaitable, Callable
 
@@ -13,7 +14,8 @@ class Backoff:
     """Delays between attempts: ``initial``, then times ``multiplier``, never above ``maximum``.
 
     With ``deadline`` (seconds from creation) ``expired`` turns true once it has passed, so a
-    caller can stop retrying with its own, specific error.
+    caller can stop retrying with its own, specific error. With ``jitter`` each delay is
+    drawn between half of it and all of it, so writers that collided do not collide again.
     """
 
     def __init__(
@@ -22,10 +24,12 @@ class Backoff:
         maximum: float = 10.0,
         multiplier: float = 2.0,
         deadline: float | None = None,
+        jitter: bool = False,
     ) -> None:
         self.initial = initial
         self.maximum = maximum
         self.multiplier = multiplier
+        self.jitter = jitter
         self._delay = initial
         self._give_up_at = None if deadline is None else time.monotonic() + deadline
 
@@ -37,6 +41,8 @@ class Backoff:
         """The delay before the next attempt (then the one after grows)."""
         delay = self._delay
         self._delay = min(self._delay * self.multiplier, self.maximum)
+        if self.jitter:
+            delay *= random.uniform(0.5, 1.0)
         if self._give_up_at is not None:
             delay = max(0.0, min(delay, self._give_up_at - time.monotonic()))
         return delay

@@ -652,3 +652,15 @@ async def test_concurrent_policy_changes_all_land(admin: Admin) -> None:
     assert [status for status, _ in results] == [204] * len(changes)
     for path, _ in changes:
         assert (await admin.call("GET", f"{DEFAULT}/{path}"))[0] == 200, path
+
+
+async def test_many_concurrent_grants_all_land(admin: Admin) -> None:
+    """Sixty writers of one document: each retries (backing off, with jitter) until it
+    lands, rather than giving up with a 409 after a few collisions."""
+    roles = [f"role-{i}" for i in range(60)]
+    results = await asyncio.gather(
+        *(admin.call("POST", f"{DEFAULT}/permissions/{role}", ["produce"]) for role in roles)
+    )
+    assert [status for status, _ in results] == [204] * len(roles)
+    status, permissions = await admin.call("GET", f"{DEFAULT}/permissions")
+    assert status == 200 and set(roles) <= set(permissions)

@@ -93,14 +93,18 @@ from stripemq.broker.policies import (
 from stripemq.broker.topic import PersistentTopic
 from stripemq.errors import BadVersionError, NodeExistsError, NotFoundError
 from stripemq.proto.topic_name import TopicName
+from stripemq.retry import Backoff
 from stripemq.security.authorization import parse_actions
 
 log = logging.getLogger(__name__)
 
 BASE = "/admin/v2/namespaces"
 NS = f"{BASE}/{{tenant}}/{{namespace}}"
-# Compare-and-set attempts of one policy change before answering 409.
-MAX_POLICY_WRITES = 10
+# How long one policy change retries its compare-and-set against other writers before
+# answering 409, and its back-off between attempts (Pulsar's metadata cache retries alike:
+# from 5 ms, for up to 30 s).
+POLICY_WRITE_DEADLINE_S = 30.0
+POLICY_WRITE_BACKOFF_S = (0.005, 0.5)
 
 
 # --------------------------------------------------------------------------- names, bundles
@@ -342,7 +346,9 @@ async def update_policies(
     """Apply ``change`` to the namespace's policies by compare-and-set (read again and
     retried when another writer got there first); an error ``change`` raises leaves them
     as they were. Unchanged policies are not written."""
-    for _ in range(MAX_POLICY_WRITES):
+    initial, maximum = POLICY_WRITE_BACKOFF_S
+    backoff = Backoff(initial, maximum, deadline=POLICY_WRITE_DEADLINE_S, jitter=True)
+    while not backoff.expired:
         policies, version = await read_policies(ctx.store, namespace)
         changed = change(policies)
         if changed == policies:
@@ -350,6 +356,7 @@ async def update_policies(
         try:
             await write_policies(ctx.store, namespace, changed, version)
         except BadVersionError:
+            await backoff.sleep()
             continue
         except NotFoundError:
             raise not_found("Namespace does not exist") from None
