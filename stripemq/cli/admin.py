@@ -638,6 +638,33 @@ def _add_topics(commands: Any) -> None:
     )
     peek.add_argument("-s", "--subscription", required=True)
     peek.add_argument("-n", "--count", type=int, default=1, help="number of messages (default 1)")
+    examine = _topic_command(
+        commands,
+        "examine-message",
+        "Examine a message counted from the earliest or the latest end of a topic",
+        _topics_examine,
+    )
+    examine.add_argument(
+        "-i",
+        "--initialPosition",
+        dest="initial_position",
+        choices=("earliest", "latest"),
+        default="latest",
+        help="the end to count from (default latest)",
+    )
+    examine.add_argument(
+        "-m",
+        "--messagePosition",
+        dest="message_position",
+        type=int,
+        default=1,
+        help="which message from that end, 1 being the first (default 1)",
+    )
+    by_id = _topic_command(
+        commands, "get-message-by-id", "Get a message by its ledger and entry id", _topics_by_id
+    )
+    by_id.add_argument("-l", "--ledgerId", dest="ledger_id", type=int, required=True)
+    by_id.add_argument("-e", "--entryId", dest="entry_id", type=int, required=True)
     _topic_command(
         commands, "last-message-id", "Get the last message id of a topic", _topics_last_message_id
     )
@@ -1205,6 +1232,18 @@ def _topics_peek(args: argparse.Namespace, client: AdminClient) -> Any:
         messages.extend(found[: args.count - len(messages)])
         position += 1
     return Text(render_peeked(messages)) if messages else NOTHING
+
+
+def _topics_examine(args: argparse.Namespace, client: AdminClient) -> Any:
+    query = {"initialPosition": args.initial_position, "messagePosition": args.message_position}
+    answer = client.get(f"{_topic_path(args, persistent=True)}/examinemessage", query=query)
+    return Text(render_peeked(decode_peek(answer.headers, answer.body)))
+
+
+def _topics_by_id(args: argparse.Namespace, client: AdminClient) -> Any:
+    path = f"{_topic_path(args, persistent=True)}/ledger/{args.ledger_id}/entry/{args.entry_id}"
+    answer = client.get(path)
+    return Text(render_peeked(decode_peek(answer.headers, answer.body)))
 
 
 def _has_subscription(client: AdminClient, args: argparse.Namespace) -> bool:

@@ -122,6 +122,18 @@ class LedgerChain:
         first = self.first_ledger_id
         return Position(first if first is not None else -1, -1)
 
+    def nth_entry(self, n: int, *, from_end: bool = False) -> Position | None:
+        """The ``n``-th entry (1-based) from the oldest, or with ``from_end`` from the
+        newest; ``None`` when the chain holds fewer than ``n``."""
+        if n < 1:
+            raise ValueError(f"entry number {n} is not 1 or more")
+        ledgers = reversed(self._ledgers.values()) if from_end else iter(self._ledgers.values())
+        for info in ledgers:
+            if n <= info.entries:
+                return Position(info.ledger_id, info.entries - n if from_end else n - 1)
+            n -= info.entries
+        return None
+
     def write_position(self) -> Position:
         """Where the next entry will be: just after the last confirmed one."""
         return self.next_valid(self.last_confirmed())

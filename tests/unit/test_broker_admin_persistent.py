@@ -579,6 +579,52 @@ async def test_peek(admin: Admin) -> None:
     assert (await admin.call("GET", f"{P}/pk/subscription/none/position/1"))[0] == 404
 
 
+async def test_examine_message_counts_from_either_end(admin: Admin) -> None:
+    path = f"{P}/ex/examinemessage"
+    assert (await admin.call("PUT", f"{P}/ex"))[0] == 204
+    status, body = await admin.call("GET", path)
+    assert status == 412 and "total message is zero" in body["reason"]
+    topic = await admin.topic("persistent://public/default/ex")
+    for i in range(3):
+        await topic.ml.add_entry(entry(f"body-{i}".encode(), publish_time=1_000))
+    for query, expected in [
+        ("", b"body-2"),  # latest, 1
+        ("?initialPosition=earliest", b"body-0"),
+        ("?initialPosition=earliest&messagePosition=2", b"body-1"),
+        ("?initialPosition=latest&messagePosition=3", b"body-0"),
+        ("?initialPosition=Earliest&messagePosition=99", b"body-2"),  # clamped to the last
+    ]:
+        response = await admin.client.get(path + query)
+        assert response.status == 200, query
+        assert await response.read() == expected, query
+    ledger = topic.ml.last_confirmed.ledger_id
+    response = await admin.client.get(path)
+    assert response.headers["X-Pulsar-Message-ID"] == f"{ledger}:2"
+    for bad in ("?messagePosition=0", "?messagePosition=x", "?initialPosition=middle"):
+        assert (await admin.call("GET", path + bad))[0] == 412, bad
+    assert (await admin.call("GET", f"{P}/none/examinemessage"))[0] == 404
+
+
+async def test_get_message_by_id(admin: Admin) -> None:
+    topic = await admin.topic("persistent://public/default/byid")
+    for i in range(2):
+        await topic.ml.add_entry(entry(f"body-{i}".encode(), publish_time=1_000, n=str(i)))
+    ledger = topic.ml.last_confirmed.ledger_id
+    response = await admin.client.get(f"{P}/byid/ledger/{ledger}/entry/1")
+    assert response.status == 200 and await response.read() == b"body-1"
+    assert response.headers["X-Pulsar-PROPERTY-n"] == "1"
+    for missing in (f"{ledger}/entry/2", f"{ledger + 100}/entry/0", "-1/entry/0"):
+        status, body = await admin.call("GET", f"{P}/byid/ledger/{missing}")
+        assert (status, body["reason"]) == (404, "Message not found"), missing
+    assert (await admin.call("GET", f"{P}/byid/ledger/x/entry/0"))[0] == 412
+
+
+async def test_examine_and_get_by_id_refuse_a_partitioned_topic(admin: Admin) -> None:
+    assert (await admin.call("PUT", f"{P}/parts/partitions", 2))[0] == 204
+    assert (await admin.call("GET", f"{P}/parts/examinemessage"))[0] == 405
+    assert (await admin.call("GET", f"{P}/parts/ledger/1/entry/0"))[0] == 405
+
+
 async def test_nth_unacknowledged_skips_individually_acked_entries(admin: Admin) -> None:
     topic = await admin.topic("persistent://public/default/nth", entries=5, subs=("s",))
     subscription = topic.subscriptions["s"]

@@ -741,6 +741,30 @@ def test_peek_reads_positions_until_there_are_no_more(broker: FakeBroker, capsys
     assert [s.path for s in broker.seen] == [f"{SUB}/position/1"]  # -n defaults to 1
 
 
+def test_examine_message_and_get_message_by_id(broker: FakeBroker, capsys: Any) -> None:
+    headers = {"X-Pulsar-Message-ID": "3:7", "X-Pulsar-publish-time": "1000"}
+    broker.on("GET", f"{TOPIC}/examinemessage", Answer(200, b"newest", headers))
+    assert run(broker, "topics", "examine-message", "acme/billing/orders") == 0
+    assert broker.seen[-1].query == {"initialPosition": "latest", "messagePosition": "1"}
+    out = capsys.readouterr().out
+    assert out.startswith("Message ID: 3:7\nPublish time: 1000\n") and "|newest" in out
+    args = ["examine-message", "acme/billing/orders", "-i", "earliest", "-m", "4"]
+    assert run(broker, "topics", *args) == 0
+    assert broker.seen[-1].query == {"initialPosition": "earliest", "messagePosition": "4"}
+    capsys.readouterr()
+
+    broker.on("GET", f"{TOPIC}/ledger/3/entry/7", Answer(200, b"that one", headers))
+    assert (
+        run(broker, "topics", "get-message-by-id", "acme/billing/orders", "-l", "3", "-e", "7") == 0
+    )
+    assert "|that one" in capsys.readouterr().out
+    broker.on("GET", f"{TOPIC}/ledger/3/entry/8", Answer(404, b'{"reason":"Message not found"}'))
+    assert (
+        run(broker, "topics", "get-message-by-id", "acme/billing/orders", "-l", "3", "-e", "8") == 1
+    )
+    assert "Message not found" in capsys.readouterr().err
+
+
 def test_peek_of_an_empty_subscription_prints_nothing(broker: FakeBroker, capsys: Any) -> None:
     broker.on("GET", f"{SUB}/position/1", Answer(404, b'{"reason":"Message not found"}'))
     broker.on("GET", f"{TOPIC}/subscriptions", answer_json(["audit"]))

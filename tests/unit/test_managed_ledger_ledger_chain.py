@@ -33,6 +33,27 @@ def test_next_valid_steps_over_ledger_ends_and_empty_ledgers() -> None:
     assert c.first_position() == Position(2, 0)
 
 
+def test_the_nth_entry_from_either_end_skips_empty_ledgers() -> None:
+    c = chain()  # 2:0 2:1 2:2 (4 empty) 5:0 5:1
+    assert [c.nth_entry(n) for n in range(1, 6)] == [
+        Position(2, 0),
+        Position(2, 1),
+        Position(2, 2),
+        Position(5, 0),
+        Position(5, 1),
+    ]
+    assert [c.nth_entry(n, from_end=True) for n in (1, 2, 3, 5)] == [
+        Position(5, 1),
+        Position(5, 0),
+        Position(2, 2),
+        Position(2, 0),
+    ]
+    assert c.nth_entry(6) is None and c.nth_entry(6, from_end=True) is None
+    assert LedgerChain().nth_entry(1) is None
+    with pytest.raises(ValueError):
+        c.nth_entry(0)
+
+
 def test_counts_and_existence() -> None:
     c = chain()
     assert c.entries == 5

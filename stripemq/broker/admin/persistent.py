@@ -40,6 +40,10 @@ Topic level (``.../{topic}``):
   unacknowledged entry (1-based) as Pulsar's peek answers it: the (decompressed) payload,
   metadata in ``X-Pulsar-*`` headers; a batch entry whole, with
   ``X-Pulsar-num-batch-message`` (the admin client splits it).
+- ``GET /examinemessage?initialPosition=earliest|latest&messagePosition=n`` (examine-message:
+  the n-th entry from that end, latest and 1 by default; 412 on an empty topic) and
+  ``GET /ledger/{ledgerId}/entry/{entryId}`` (get-message-by-id) answer an entry as peek
+  does; 404 "Message not found" for none, 405 on a partitioned topic.
 
 A topic operation is served by the broker owning the topic's bundle: another broker answers
 307 with the same path and query on the owner's web service; a bundle nobody owns is
@@ -290,6 +294,17 @@ def has_clients(stats: object) -> bool:
     return bool(stats.get("publishers")) or any(
         isinstance(sub, Mapping) and sub.get("consumers") for sub in subscriptions.values()
     )
+
+
+def query_int(request: web.Request, name: str, default: int) -> int:
+    """An integer query parameter (``?messagePosition=3``); 412 if it is not one."""
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise precondition_failed(f"{name} must be an integer, not {raw!r}") from None
 
 
 def path_int(request: web.Request, name: str, what: str) -> int:
@@ -827,6 +842,56 @@ class PersistentTopics:
         await subscription.persist_acks()
         return no_content()
 
+    async def examine(self, request: web.Request) -> web.StreamResponse:
+        """Pulsar's examine-message: the ``messagePosition``-th entry (1-based, clamped to
+        the entries there are) counted from the ``initialPosition`` end of the topic."""
+        raw = request.query.get("initialPosition", "latest")
+        initial = raw.lower()
+        if initial not in ("earliest", "latest"):
+            raise precondition_failed(f"initialPosition must be earliest or latest, not {raw!r}")
+        nth = query_int(request, "messagePosition", 1)
+        if nth < 1:
+            raise precondition_failed("the message position must be 1 or more")
+        served = await self._single_topic(request, "Examine messages")
+        chain = served.ml.chain
+        total = chain.entries
+        if total == 0:
+            raise precondition_failed("Could not examine messages due to the total message is zero")
+        position = chain.nth_entry(min(nth, total), from_end=initial == "latest")
+        return await self._entry_response(served, position)
+
+    async def message_by_id(self, request: web.Request) -> web.StreamResponse:
+        """Pulsar's get-message-by-id: the entry at ``{ledgerId}:{entryId}``."""
+        ledger_id = path_int(request, "ledger", "the ledger id")
+        entry_id = path_int(request, "entry", "the entry id")
+        served = await self._single_topic(request, "Get message by id")
+        position = None
+        if (
+            ledger_id >= 0
+            and entry_id >= 0
+            and served.ml.chain.exists(Position(ledger_id, entry_id))
+        ):
+            position = Position(ledger_id, entry_id)
+        return await self._entry_response(served, position)
+
+    async def _single_topic(self, request: web.Request, what: str) -> PersistentTopic:
+        """The served non-partitioned topic of the path (405 for a partitioned one)."""
+        topic = topic_of(request)
+        await check_namespace(self.ctx.store, topic.namespace_name)
+        if await self._partitions(topic):
+            raise RestError(405, f"{what} on a partitioned topic is not allowed")
+        return await self._served_topic(request, topic)
+
+    async def _entry_response(
+        self, served: PersistentTopic, position: Position | None
+    ) -> web.StreamResponse:
+        """The stored entry at ``position`` as Pulsar's peek answers it (404 if none)."""
+        entries = await served.ml.read_entries(position, 1) if position is not None else []
+        if position is None or not entries or entries[0].position != position:
+            raise not_found("Message not found")
+        headers, body = peek_response(position, entries[0].data)
+        return web.Response(body=body, headers=headers, content_type="application/octet-stream")
+
     async def peek(self, request: web.Request) -> web.StreamResponse:
         nth = path_int(request, "position", "the message position")
         if nth < 1:
@@ -837,12 +902,7 @@ class PersistentTopics:
             raise RestError(405, "Peek messages on a partitioned topic is not allowed")
         served = await self._served_topic(request, topic)
         subscription = await self._subscription(served, request.match_info["subscription"])
-        position = nth_unacknowledged(subscription, nth)
-        entries = await served.ml.read_entries(position, 1) if position is not None else []
-        if position is None or not entries or entries[0].position != position:
-            raise not_found("Message not found")
-        headers, body = peek_response(position, entries[0].data)
-        return web.Response(body=body, headers=headers, content_type="application/octet-stream")
+        return await self._entry_response(served, nth_unacknowledged(subscription, nth))
 
 
 def nth_unacknowledged(subscription: Subscription, nth: int) -> Position | None:
@@ -913,3 +973,5 @@ def add_routes(router: web.UrlDispatcher, ctx: AdminContext) -> None:
     router.add_post(sub + "/resetcursor/{timestamp}", r.reset_by_time)
     router.add_post(sub + "/resetcursor", r.reset_by_id)
     router.add_get(sub + "/position/{position}", r.peek)
+    router.add_get(topic + "/examinemessage", r.examine)
+    router.add_get(topic + "/ledger/{ledger}/entry/{entry}", r.message_by_id)
