@@ -796,7 +796,17 @@ class ServerConnection:
         self._flush()
 
     def send_reached_end_of_topic(self, consumer_id: int) -> None:
-        """The consumer's topic is terminated and it has read everything there is."""
+        """The consumer's topic is terminated and it has acknowledged everything there is
+        (told only to clients that understand it)."""
+        if not self.session.understands_reached_end_of_topic:
+            log.debug(
+                "%s: consumer %d reached the end of its topic; %s is not told (it would close "
+                "the connection)",
+                self.peer,
+                consumer_id,
+                self.session.client_version,
+            )
+            return
         self.write(pb.CommandReachedEndOfTopic(consumer_id=consumer_id))
 
     async def _on_unsubscribe(self, body: pb.CommandUnsubscribe) -> None:

@@ -475,12 +475,13 @@ class Subscription:
                 consumer.sink.send_reached_end_of_topic(consumer.slot.consumer_id)
 
     def _read_to_end_of_terminated_topic(self) -> bool:
-        """The topic is terminated and everything up to its last entry was read (and
-        nothing waits to be delivered again)."""
+        """The topic is terminated and the subscription has acknowledged everything up to
+        its last entry (Pulsar tells consumers the end only once all is acknowledged: told
+        sooner, a client may stop acknowledging what it still holds)."""
         end = self.topic.ml.terminated_position
         if end is None or self.delivery.replay_pending:
             return False
-        return self.cursor.state.first_unacked_from(self.cursor.read_position) > end
+        return self.cursor.backlog == 0
 
     async def close(self) -> None:
         self._cancel_delayed_timer()
@@ -1176,7 +1177,7 @@ class PersistentTopic:
     async def terminate(self) -> Position:
         """No more messages, for ever (Pulsar's terminate): the managed ledger is
         terminated, producers are disconnected (their reconnection is refused with
-        ``TopicTerminatedError``) and consumers read to the end hear
+        ``TopicTerminatedError``) and consumers that acknowledged everything hear
         ``REACHED_END_OF_TOPIC``. Returns the last message's position."""
         last = await self.ml.terminate()
         self._drop_producers()

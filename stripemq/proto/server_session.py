@@ -98,6 +98,9 @@ SERVED = (
 Authenticate = Callable[[str, bytes], Any]
 # The request id Pulsar answers a refused CONNECT with (-1 as Java writes it).
 NO_REQUEST_ID = (1 << 64) - 1
+# How the C++ client (and so the Python and Node clients) names itself in CONNECT:
+# ``Pulsar-CPP-v4.2.0``.
+CPP_CLIENT = "Pulsar-CPP"
 
 
 # ---------------------------------------------------------------------------- events
@@ -232,6 +235,14 @@ class ServerSession(Session[ServerEvent], Generic[P, C]):
     @property
     def connected(self) -> bool:
         return self.state is SessionState.CONNECTED
+
+    @property
+    def understands_reached_end_of_topic(self) -> bool:
+        """Whether the client may be sent REACHED_END_OF_TOPIC: from protocol v9 on, as
+        Pulsar's brokers decide, but not the C++ client (which the Python and Node
+        clients wrap): its connection takes the command for an invalid one and closes,
+        dropping every producer and consumer on it."""
+        return self.protocol_version >= 9 and not self.client_version.startswith(CPP_CLIENT)
 
     # ------------------------------------------------------------------ receiving
 

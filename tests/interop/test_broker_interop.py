@@ -760,3 +760,44 @@ async def test_bad_requests_get_protocol_errors_and_the_connection_stays(
     )
     assert answer.type == pb.BaseCommand.SEND_RECEIPT
     writer.close()
+
+
+def consume_terminated_topic(url: str, topic: str, other: str) -> tuple[list[bytes], bytes]:
+    """Everything of a terminated topic, received and acknowledged for three seconds; then
+    a message through another topic on the same connection."""
+    client = pulsar.Client(url, operation_timeout_seconds=10)
+    try:
+        consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+        other_consumer = client.subscribe(other, "s")
+        other_producer = client.create_producer(other)
+        got = []
+        for _ in range(30):
+            try:
+                message = consumer.receive(timeout_millis=100)
+            except pulsar.Timeout:
+                continue
+            got.append(message.data())
+            consumer.acknowledge(message)
+        other_producer.send(b"still connected")
+        return got, other_consumer.receive(timeout_millis=10_000).data()
+    finally:
+        client.close()
+
+
+async def test_a_terminated_topic_is_consumed_once_and_the_connection_stays(
+    broker: BrokerServer,
+) -> None:
+    """The end of the topic is told once all is acknowledged, and not to the C++ client
+    at all (its connection would close on it, losing acks and redelivering for ever)."""
+    from stripemq.proto.topic_name import TopicName
+
+    topic = "persistent://public/default/ended"
+    assert await in_thread(produce, broker.service_url, topic, 2, False)
+    served = await broker.service.get_topic(TopicName.parse(topic))
+    await served.terminate()
+    got, through_other = await in_thread(
+        consume_terminated_topic, broker.service_url, topic, "persistent://public/default/beside"
+    )
+    assert got == [b"message 0", b"message 1"]
+    assert through_other == b"still connected"
+    assert served.subscriptions["s"].cursor.backlog == 0

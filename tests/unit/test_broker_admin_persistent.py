@@ -5,6 +5,7 @@ ids, peek headers) and the managed ledger's termination, which ``/terminate`` re
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -657,7 +658,15 @@ async def test_terminate(admin: Admin) -> None:
         topic.publish(entry(b"late"))
     with pytest.raises(Exception, match="terminated"):
         await topic.add_producer(Producer(3, "q", topic, sink))
-    # The consumer, having been sent everything, hears the topic ended.
+    # Sent everything, the consumer hears the topic ended only once it acknowledged it all
+    # (as Pulsar: told sooner, a client may stop acknowledging what it holds).
+    await until(lambda: len(consumer.slot.pending) == 3, "all three sent", timeout=5)
+    await asyncio.sleep(0.05)
+    assert sink.ended == []
+    ack = pb.CommandAck(consumer_id=5, ack_type=pb.CommandAck.Individual)
+    for position in sorted(consumer.slot.pending):
+        ack.message_id.add(ledgerId=position.ledger_id, entryId=position.entry_id)
+    subscription.ack(consumer, ack)
     await until(lambda: sink.ended == [5], "the consumer hears the topic ended", timeout=5)
 
 

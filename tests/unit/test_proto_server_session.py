@@ -104,6 +104,25 @@ def test_the_broker_s_own_version_bounds_the_negotiation() -> None:
     assert negotiate_version(7) == 7 and negotiate_version(99) == PROTOCOL_VERSION == 20
 
 
+@pytest.mark.parametrize(
+    ("client_version", "protocol_version", "told"),
+    [
+        ("Pulsar-Java-v3.3.0", 19, True),
+        ("stripemq-0.1", 20, True),
+        ("Pulsar Go 0.12.0", 8, False),  # before v9: Pulsar's brokers do not send it either
+        ("Pulsar-CPP-v4.2.0", 20, False),  # its connection would close on it
+    ],
+)
+def test_who_is_told_the_end_of_a_topic(
+    client_version: str, protocol_version: int, told: bool
+) -> None:
+    session: Session = ServerSession("test-broker")
+    assert not session.understands_reached_end_of_topic  # not connected yet
+    connect = pb.CommandConnect(client_version=client_version, protocol_version=protocol_version)
+    receive(session, connect)
+    assert session.understands_reached_end_of_topic is told
+
+
 def test_a_second_connect_is_not_supported_and_not_answered() -> None:
     session = connected()
     again = pb.CommandConnect(client_version="c", protocol_version=20)
