@@ -144,7 +144,10 @@ class BookieConfig:
         pulsar_name="dbStorage_readAheadCacheMaxSizeMb",
     )
     max_entry_size: int = setting(
-        5 * MiB, "Largest entry accepted, in bytes (5 MiB); larger ones are refused."
+        5 * MiB + 10 * 1024,
+        "Largest entry accepted, in bytes; larger ones are refused. 5 MiB and 10 KiB: a "
+        "broker's largest entry, a message of its maxMessageSize with its metadata (Pulsar "
+        "sets BookKeeper's nettyMaxFrameSizeBytes to 5253120 alike).",
     )
 
     disk_usage_threshold: float = setting(

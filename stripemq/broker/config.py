@@ -12,6 +12,7 @@ from stripemq.config import setting
 from stripemq.errors import ConfigError
 from stripemq.managed_ledger.config import ManagedLedgerConfig
 from stripemq.managed_ledger.cursor.config import CursorConfig
+from stripemq.proto.frames import FRAME_PADDING
 
 MiB = 1024 * 1024
 # Pulsar's backlog quota retention policies, as the setting names them.
@@ -499,7 +500,9 @@ class BrokerConfig:
             retention_time_s=retention_time * 60 if retention_time >= 0 else -1,
             retention_size_bytes=retention_size * MiB if retention_size >= 0 else -1,
             cache_size_bytes=self.managed_ledger_cache_size_mb * MiB,
-            max_entry_bytes=self.max_message_size,
+            # A message of maxMessageSize with its metadata (a chunk is that big), as the
+            # frame limit allows: Pulsar checks no more than that either.
+            max_entry_bytes=self.max_message_size + FRAME_PADDING,
             cursor=CursorConfig(
                 ensemble_size=self.managed_ledger_default_ensemble_size,
                 write_quorum_size=self.managed_ledger_default_write_quorum,

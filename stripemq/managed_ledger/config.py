@@ -45,7 +45,9 @@ class ManagedLedgerConfig:
         "broker together.",
     )
     max_entry_bytes: int = setting(
-        5 * 1024 * 1024, "Largest entry accepted (the protocol's 5 MiB frame, less headers)."
+        5 * 1024 * 1024 + 10 * 1024,
+        "Largest entry accepted: a message of the protocol's 5 MiB with its metadata, in the "
+        "10 KiB the frame leaves for them (a chunk of a larger message is that big).",
     )
     password: bytes = setting(
         b"", "Password of the topic's ledgers (Pulsar uses an empty one with CRC32C digests)."

@@ -1,5 +1,6 @@
 """Names the broker refuses: non-persistent topics and reserved, empty or unstorable
-(``..``) subscription names (``broker.names``), also through ``PersistentTopic``'s subscribe methods."""
+(``..``) subscription names (``broker.names``), also through ``PersistentTopic``'s
+subscribe methods."""
 
 from __future__ import annotations
 

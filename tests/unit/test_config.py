@@ -34,7 +34,7 @@ def test_defaults_file_then_overrides(tmp_path: Path) -> None:
     assert config.journal_sync_data is False
     assert config.rack == "r1"
     assert config.journal_max_group_wait_ms == 1.5
-    assert config.max_entry_size == 5 * 1024 * 1024
+    assert config.max_entry_size == 5 * 1024 * 1024 + 10 * 1024  # Pulsar's nettyMaxFrameSizeBytes
     assert config.bookie_id == "127.0.0.1:5000"
     assert config.journal_dir.endswith("/journal")
 
