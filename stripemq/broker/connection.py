@@ -148,6 +148,8 @@ class ServerConnection:
             ),
         )
         self._tasks: set[asyncio.Task[Any]] = set()
+        # The tasks serving PRODUCER requests, by producer id, until they are answered.
+        self._creating_producers: dict[int, asyncio.Task[Any]] = {}
         # Backpressure: SENDs stored but not yet receipted, and whether reading may go on.
         self.pending_publishes = 0
         self._publish_window = asyncio.Event()
@@ -474,7 +476,13 @@ class ServerConnection:
             self._producer_success(body, existing)  # a retried PRODUCER: done already
             return
         with self._reserved("producer", body.producer_id):
-            await self._create_producer(body)
+            task = asyncio.current_task()
+            assert task is not None
+            self._creating_producers[body.producer_id] = task
+            try:
+                await self._create_producer(body)
+            finally:
+                self._creating_producers.pop(body.producer_id, None)
 
     async def _create_producer(self, body: pb.CommandProducer) -> None:
         if body.producer_id in self.producers:
@@ -493,9 +501,20 @@ class ServerConnection:
             await topic.subscribe(body.initial_subscription_name, None, InitialPosition.Earliest)
         producer = Producer(body.producer_id, name, topic, self, body.producer_access_mode)
         producer.stats.describe_client(self.peer, self.session.client_version, body.metadata)
-        await topic.add_producer(producer)
+        queued = functools.partial(self._producer_queued, body, name)
+        await topic.add_producer(producer, on_queued=queued)
         self.producers[body.producer_id] = producer
         self._producer_success(body, producer)
+
+    def _producer_queued(self, body: pb.CommandProducer, name: str) -> None:
+        """A WaitForExclusive producer waits for the topic's producers to go: its client
+        hears so (``producer_ready`` false) and waits on, rather than timing out."""
+        log.info("%s: producer %s waits for exclusive access to %s", self.peer, name, body.topic)
+        self.write(
+            pb.CommandProducerSuccess(
+                request_id=body.request_id, producer_name=name, producer_ready=False
+            )
+        )
 
     def _producer_success(self, body: pb.CommandProducer, producer: Producer) -> None:
         dedup = producer.topic.dedup
@@ -544,6 +563,14 @@ class ServerConnection:
         except StripeMQError as exc:
             if dedup is not None:
                 dedup.failed(producer.name, body.sequence_id)
+            log.warning(
+                "%s: SEND %d of producer %s on %s refused: %s",
+                self.peer,
+                body.sequence_id,
+                producer.name,
+                producer.topic.name,
+                exc,
+            )
             return self._send_error(body, server_error_of(exc), str(exc))
         self.pending_publishes += 1
         if self.pending_publishes >= self.max_pending_publishes:
@@ -640,6 +667,9 @@ class ServerConnection:
         self._flush()
 
     async def _on_close_producer(self, body: pb.CommandCloseProducer) -> None:
+        creating = self._creating_producers.get(body.producer_id)
+        if creating is not None:  # withdrawn while it waits (WaitForExclusive, say)
+            creating.cancel()
         producer = self.producers.pop(body.producer_id, None)
         if producer is not None:
             await producer.topic.remove_producer(producer)

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -785,8 +785,13 @@ class PersistentTopic:
                 pb.ServiceNotReady, f"topic {self.name} is {self.lifecycle.value}: retry"
             )
 
-    async def add_producer(self, producer: Producer) -> None:
-        """Admit a producer by its access mode (Pulsar's ProducerAccessMode).
+    async def add_producer(
+        self, producer: Producer, on_queued: Callable[[], None] | None = None
+    ) -> None:
+        """Admit a producer by its access mode (Pulsar's ProducerAccessMode). A
+        ``WaitForExclusive`` one waits while the topic has producers, after calling
+        ``on_queued`` (its client is told it is queued, so it waits rather than times out);
+        cancelling the call withdraws it.
 
         Raises ``BrokerError``: ``ServiceNotReady`` while the topic is not open or its
         deduplication is not ready, ``TopicTerminatedError``, the backlog quota's refusal,
@@ -813,6 +818,8 @@ class PersistentTopic:
                     if other.sink is not None:
                         other.sink.close_producer(other.producer_id)
             elif mode == pb.WaitForExclusive:
+                if self.producers and on_queued is not None:
+                    on_queued()
                 await self._producers_changed.wait_for(lambda: not self.producers)
                 self._check_serving()
             self.producers.append(producer)

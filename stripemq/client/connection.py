@@ -44,6 +44,7 @@ from stripemq.proto.client_session import (
     HandshakeRefused,
     MessageReceived,
     ProducerClosed,
+    ProducerQueued,
     RequestFailed,
     ResponseReceived,
     SendFailed,
@@ -117,6 +118,8 @@ class ClientConnection:
         self.keepalive = Keepalive(keepalive_s, time.monotonic())
         # The waiters of the session's outstanding requests.
         self._pending: dict[int, asyncio.Future[pb.BaseCommand]] = {}
+        # Each waiting request's timeout, to lift for a producer the broker queued.
+        self._deadlines: dict[int, asyncio.Timeout] = {}
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -327,12 +330,14 @@ class ClientConnection:
         self._flush()
         name = command.DESCRIPTOR.name
         try:
-            async with asyncio.timeout(timeout_s or self.operation_timeout_s):
+            async with asyncio.timeout(timeout_s or self.operation_timeout_s) as deadline:
+                self._deadlines[request_id] = deadline
                 response = await future
         except TimeoutError:
             raise ClientTimeoutError(f"{name} to {self.physical_address} timed out") from None
         finally:
             self._pending.pop(request_id, None)
+            self._deadlines.pop(request_id, None)
             self.session.forget_request(request_id)  # a late answer is nobody's
         return response
 
@@ -397,6 +402,10 @@ class ClientConnection:
             future = self._pending.get(event.request_id)
             if future is not None and not future.done():
                 future.set_result(event.command)
+        elif isinstance(event, ProducerQueued):  # admitted later: wait for it, however long
+            deadline = self._deadlines.get(event.request_id)
+            if deadline is not None:
+                deadline.reschedule(None)
         elif isinstance(event, RequestFailed):  # request() raises it as its typed error
             future = self._pending.get(event.request_id)
             if future is not None and not future.done():

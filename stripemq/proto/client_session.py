@@ -24,7 +24,9 @@ ACK_RESPONSE) answers the outstanding request with its id, once: ``ResponseRecei
 ``RequestFailed`` carrying the protocol's ``ServerError`` code when it is a refusal (ERROR,
 a lookup or partitioned-metadata lookup that ``Failed``, an ACK_RESPONSE with an error).
 A response for no outstanding id is ``UnexpectedResponse``; a timed-out request is
-``forget_request``-ed so that its late answer is one.
+``forget_request``-ed so that its late answer is one. A PRODUCER_SUCCESS that is not
+``producer_ready`` (a WaitForExclusive producer queued) is ``ProducerQueued`` and leaves
+its request outstanding for the one that is.
 
 Routing: the driver registers what stands for each producer and consumer id (its listener)
 in ``producers`` and ``consumers``. SEND_RECEIPT, SEND_ERROR and CLOSE_PRODUCER go to the
@@ -114,6 +116,14 @@ class ResponseReceived:
 
     request_id: int
     command: pb.BaseCommand
+
+
+@dataclass(frozen=True)
+class ProducerQueued:
+    """PRODUCER_SUCCESS with ``producer_ready`` false: the broker queued the producer
+    (WaitForExclusive); request ``request_id`` stays outstanding until it is admitted."""
+
+    request_id: int
 
 
 @dataclass(frozen=True)
@@ -218,6 +228,7 @@ ClientEvent: TypeAlias = (
     | HandshakeRefused
     | AuthChallenged
     | ResponseReceived
+    | ProducerQueued
     | RequestFailed
     | UnexpectedResponse
     | SendReceipt[Any]
@@ -442,6 +453,10 @@ class ClientSession(Session[ClientEvent], Generic[P, C]):
         request_id = request_id_of(command_body(command))
         if request_id is None or request_id not in self._outstanding:
             return UnexpectedResponse(request_id, command)
+        if command.type == pb.BaseCommand.PRODUCER_SUCCESS and not (
+            command.producer_success.producer_ready
+        ):
+            return ProducerQueued(request_id)
         self._outstanding.discard(request_id)
         failed, error, message = refusal_of(command)
         if failed:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -801,3 +802,81 @@ async def test_a_terminated_topic_is_consumed_once_and_the_connection_stays(
     assert got == [b"message 0", b"message 1"]
     assert through_other == b"still connected"
     assert served.subscriptions["s"].cursor.backlog == 0
+
+
+def chunked_round(url: str, topic: str, message: bytes) -> bytes:
+    client = pulsar.Client(url, operation_timeout_seconds=10)
+    try:
+        consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+        producer = client.create_producer(
+            topic, chunking_enabled=True, batching_enabled=False, send_timeout_millis=10_000
+        )
+        producer.send(message)
+        return consumer.receive(timeout_millis=10_000).data()
+    finally:
+        client.close()
+
+
+async def test_a_message_larger_than_the_maximum_goes_in_chunks(broker: BrokerServer) -> None:
+    """Chunks are the broker's maximum message size plus their metadata: stored, not
+    refused (a refusal made the client resend for ever, storing the chunks that fit)."""
+    from stripemq.proto.topic_name import TopicName
+
+    topic = "persistent://public/default/chunked"
+    message = bytes(range(256)) * (11 * 1024 * 1024 // 256)  # 11 MiB: three chunks
+    assert await in_thread(chunked_round, broker.service_url, topic, message) == message
+    served = await broker.service.get_topic(TopicName.parse(topic))
+    assert served.ml.chain.entries == 3
+
+
+def wait_for_exclusive_round(url: str, topic: str) -> dict[str, object]:
+    """An Exclusive producer holds the topic. A WaitForExclusive producer whose client
+    gives up (the C++ client bounds a producer's creation by its operation timeout) is
+    withdrawn; one that waits on takes the topic once the holder closes; and after it, a
+    Shared producer is admitted: no withdrawn waiter holds the topic."""
+    import threading
+    import time
+
+    holder = pulsar.Client(url, operation_timeout_seconds=10)
+    quitter = pulsar.Client(url, operation_timeout_seconds=2)
+    waiter = pulsar.Client(url, operation_timeout_seconds=30)
+    wait_mode = pulsar.ProducerAccessMode.WaitForExclusive
+    outcome: dict[str, object] = {}
+    try:
+        first = holder.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
+        first.send(b"from the first")
+        try:
+            quitter.create_producer(topic, access_mode=wait_mode)
+            outcome["quitter"] = "created"
+        except pulsar.PulsarException as exc:
+            outcome["quitter"] = type(exc).__name__
+
+        def close_later() -> None:
+            time.sleep(1)
+            first.close()
+
+        threading.Thread(target=close_later, daemon=True).start()
+        started = time.monotonic()
+        second = waiter.create_producer(topic, access_mode=wait_mode)
+        outcome["waited_s"] = time.monotonic() - started
+        second.send(b"from the second")
+        second.close()
+        shared = holder.create_producer(topic)
+        shared.send(b"shared")
+        outcome["shared"] = "sent"
+    finally:
+        for client in (holder, quitter, waiter):
+            with contextlib.suppress(Exception):
+                client.close()
+    return outcome
+
+
+async def test_wait_for_exclusive_waits_and_a_withdrawn_waiter_leaves_no_ghost(
+    broker: BrokerServer,
+) -> None:
+    outcome = await in_thread(
+        wait_for_exclusive_round, broker.service_url, "persistent://public/default/waited"
+    )
+    assert outcome["quitter"] == "Timeout"
+    assert outcome["waited_s"] >= 0.5  # type: ignore[operator]
+    assert outcome["shared"] == "sent"

@@ -15,6 +15,7 @@ from stripemq.proto.client_session import (
     HandshakeRefused,
     MessageReceived,
     ProducerClosed,
+    ProducerQueued,
     RequestFailed,
     ResponseReceived,
     SendFailed,
@@ -184,6 +185,20 @@ def test_a_request_is_written_and_its_success_matched_by_id() -> None:
     assert session.outstanding == frozenset()
     # The same answer again is nobody's.
     assert receive(session, answer) == [UnexpectedResponse(4, base_command(answer))]
+
+
+def test_a_queued_producer_s_request_waits_for_the_ready_answer() -> None:
+    session = connected()
+    producer = pb.CommandProducer(
+        topic="t", producer_id=1, request_id=6, producer_access_mode=pb.WaitForExclusive
+    )
+    session.send_request(producer, 6)
+    queued = pb.CommandProducerSuccess(request_id=6, producer_name="p", producer_ready=False)
+    assert receive(session, queued) == [ProducerQueued(6)]
+    assert session.outstanding == {6}
+    ready = pb.CommandProducerSuccess(request_id=6, producer_name="p")
+    assert receive(session, ready) == [ResponseReceived(6, base_command(ready))]
+    assert session.outstanding == frozenset()
 
 
 def test_an_outstanding_id_may_not_be_sent_twice() -> None:
