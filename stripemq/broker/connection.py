@@ -816,9 +816,12 @@ class ServerConnection:
         else:
             raise BrokerError(pb.NotAllowedError, "a seek needs a message id or a publish time")
         disconnected = subscription.seek(position)
-        self.write(pb.CommandSuccess(request_id=body.request_id))
+        # The consumers are closed before the seek is answered, as Pulsar's resetCursor
+        # does: the C++ client then resubscribes from the position sought; answered first,
+        # it resubscribes after the last message it had and filters out what it is sent.
         for other in disconnected:
             other.sink.close_consumer(other.slot.consumer_id)
+        self.write(pb.CommandSuccess(request_id=body.request_id))
 
     def close_consumer(self, consumer_id: int) -> None:
         """Tell the client its consumer is closed by the broker (it reconnects)."""
