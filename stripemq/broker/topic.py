@@ -598,8 +598,14 @@ class Subscription:
 
     async def _deliver_new(self) -> tuple[bool, bool]:
         """``(read anything, moved on)``."""
-        start = self.cursor.state.first_unacked_from(self.cursor.read_position)
+        before = self.cursor.read_position
+        start = self.cursor.state.first_unacked_from(before)
         entries = await self.topic.ml.read_entries(start, self._read_batch())
+        if self.cursor.read_position != before:
+            # Rewound or reset while reading (a redelivery of everything, a seek): what was
+            # read belongs to the old order and is not sent; the loop reads again from the
+            # new position at once (Pulsar drops such a read by its consumer epoch).
+            return True, True
         if not entries:
             return False, False
         data = {entry.position: entry.data for entry in entries}

@@ -365,3 +365,52 @@ async def test_a_failed_deduplication_recovery_is_retried(
     await topic.apply_policies(EffectivePolicies())
     assert topic.dedup is None and "pulsar.dedup" not in topic.ml.cursors
     await topic.close()
+
+
+class Received(NullSink):
+    """A consumer's connection that remembers the entries it was sent, by position."""
+
+    def __init__(self) -> None:
+        self.positions: list[Position] = []
+
+    def send_message(
+        self,
+        consumer_id: int,
+        message_id: pb.MessageIdData,
+        redelivery_count: int,
+        entry: bytes,
+        ack_set: list[int] | None = None,
+    ) -> None:
+        self.positions.append(Position(message_id.ledgerId, message_id.entryId))
+
+
+async def test_a_read_in_flight_when_everything_is_given_back_is_not_sent(
+    store: MetadataStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An Exclusive consumer gives everything back while the dispatcher reads: that read
+    belongs to the old order, so it is dropped and the entries go out once, in order."""
+    topic = await live_topic(store)
+    positions = [await topic.ml.add_entry(f"m{i}".encode()) for i in range(4)]
+    sub = await topic.subscribe("s", SubType.Exclusive, InitialPosition.Earliest)
+    sink = Received()
+    consumer = Consumer(ConsumerSlot(1, "c"), sink, sub)
+    sub.add_consumer(consumer)
+    sub.flow(consumer, 2)
+    await until(lambda: len(sink.positions) == 2, "the first two sent")
+    real_read = topic.ml.read_entries
+    reading, release = asyncio.Event(), asyncio.Event()
+
+    async def gated_read(start: Position, count: int) -> list[object]:
+        reading.set()
+        await release.wait()
+        return await real_read(start, count)  # type: ignore[return-value]
+
+    monkeypatch.setattr(topic.ml, "read_entries", gated_read)
+    sub.flow(consumer, 10)
+    await reading.wait()  # reading entries 2 and 3
+    sub.redeliver(consumer, [])  # the client cleared its queue: 0..3 again
+    release.set()
+    await until(lambda: len(sink.positions) == 6, "everything sent again")
+    await asyncio.sleep(0.05)
+    assert sink.positions == positions[:2] + positions
+    await topic.close()
