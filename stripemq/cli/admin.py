@@ -717,6 +717,30 @@ def _add_brokers(commands: Any) -> None:
     )
     health.add_argument("-tv", "--topic-version", help="topic version (V1 or V2)")
     _command(commands, "version", "Get the version of the broker", _brokers_version)
+    _command(
+        commands, "get-runtime-config", "Get the broker's settings as it runs", _brokers_get
+    ).set_defaults(path="/admin/v2/brokers/configuration/runtime")
+    _command(
+        commands, "get-internal-config", "Get where the metadata lives", _brokers_get
+    ).set_defaults(path="/admin/v2/brokers/internal-configuration")
+    _command(
+        commands,
+        "list-dynamic-config",
+        "List the settings that can be changed while the broker runs",
+        _brokers_get,
+    ).set_defaults(path="/admin/v2/brokers/configuration")
+    _command(
+        commands, "get-all-dynamic-config", "Get the values given to dynamic settings", _brokers_get
+    ).set_defaults(path="/admin/v2/brokers/configuration/values")
+    update = _command(
+        commands, "update-dynamic-config", "Change a dynamic setting", _brokers_update_config
+    )
+    update.add_argument("-c", "--config", required=True, help="the setting's name")
+    update.add_argument("-v", "--value", required=True, help="its new value")
+    delete = _command(
+        commands, "delete-dynamic-config", "Remove a dynamic setting", _brokers_delete_config
+    )
+    delete.add_argument("-c", "--config", required=True, help="the setting's name")
 
 
 GROUPS: dict[str, tuple[str, Callable[[Any], None]]] = {
@@ -1289,6 +1313,20 @@ def _brokers_healthcheck(args: argparse.Namespace, client: AdminClient) -> Any:
     query = {"topicVersion": args.topic_version} if args.topic_version else None
     client.get("/admin/v2/brokers/health", query=query)
     return Text("ok")
+
+
+def _brokers_get(args: argparse.Namespace, client: AdminClient) -> Any:
+    return client.get(args.path).json()
+
+
+def _brokers_update_config(args: argparse.Namespace, client: AdminClient) -> Any:
+    client.post(f"/admin/v2/brokers/configuration/{_quote(args.config)}/{_quote(args.value)}")
+    return NOTHING
+
+
+def _brokers_delete_config(args: argparse.Namespace, client: AdminClient) -> Any:
+    client.delete(f"/admin/v2/brokers/configuration/{_quote(args.config)}")
+    return NOTHING
 
 
 def _brokers_version(args: argparse.Namespace, client: AdminClient) -> Any:

@@ -642,6 +642,49 @@ COMMANDS: list[tuple[list[str], str, str, dict[str, str], Any]] = [
     (["brokers", "leader-broker"], "GET", "/admin/v2/brokers/leaderBroker", {}, None),
     (["brokers", "healthcheck"], "GET", "/admin/v2/brokers/health", {}, None),
     (["brokers", "version"], "GET", "/admin/v2/brokers/version", {}, None),
+    (
+        ["brokers", "get-runtime-config"],
+        "GET",
+        "/admin/v2/brokers/configuration/runtime",
+        {},
+        None,
+    ),
+    (
+        ["brokers", "get-internal-config"],
+        "GET",
+        "/admin/v2/brokers/internal-configuration",
+        {},
+        None,
+    ),
+    (["brokers", "list-dynamic-config"], "GET", "/admin/v2/brokers/configuration", {}, None),
+    (
+        ["brokers", "get-all-dynamic-config"],
+        "GET",
+        "/admin/v2/brokers/configuration/values",
+        {},
+        None,
+    ),
+    (
+        ["brokers", "update-dynamic-config", "-c", "maxMessageSize", "-v", "1024"],
+        "POST",
+        "/admin/v2/brokers/configuration/maxMessageSize/1024",
+        {},
+        None,
+    ),
+    (
+        ["brokers", "delete-dynamic-config", "--config", "maxMessageSize"],
+        "DELETE",
+        "/admin/v2/brokers/configuration/maxMessageSize",
+        {},
+        None,
+    ),
+    (
+        ["topics", "get-message-by-id", "acme/billing/orders", "-l", "3", "-e", "7"],
+        "GET",
+        f"{TOPIC}/ledger/3/entry/7",
+        {},
+        None,
+    ),
 ]
 
 
