@@ -52,6 +52,7 @@ def topic_policies(config: BrokerConfig) -> TopicPolicies:
         default_partitions=config.default_num_partitions,
         delayed_delivery=config.delayed_delivery_config(),
         message_ttl_s=config.ttl_duration_default_in_seconds,
+        subscription_expiration_minutes=config.subscription_expiration_time_minutes,
         backlog_quota=BacklogQuota(
             config.backlog_quota_default_limit_bytes,
             config.backlog_quota_default_limit_second,
@@ -74,6 +75,9 @@ def topic_policies(config: BrokerConfig) -> TopicPolicies:
             config.backlog_quota_check_interval_in_seconds
             if config.backlog_quota_check_enabled
             else 0.0
+        ),
+        subscription_expiry_check_interval_s=(
+            config.subscription_expiry_check_interval_in_minutes * 60
         ),
     )
 

@@ -217,6 +217,17 @@ class BrokerConfig:
         "are expired (0: never).",
         pulsar_name="ttlDurationDefaultInSeconds",
     )
+    subscription_expiration_time_minutes: int = setting(
+        0,
+        "Delete a subscription that has had no consumer for this many minutes (0: never); "
+        "a namespace's subscriptionExpirationTime overrides it.",
+        pulsar_name="subscriptionExpirationTimeMinutes",
+    )
+    subscription_expiry_check_interval_in_minutes: float = setting(
+        5,
+        "How often subscriptions are checked for expiry.",
+        pulsar_name="subscriptionExpiryCheckIntervalInMinutes",
+    )
     message_expiry_check_interval_in_minutes: float = setting(
         5,
         "How often subscriptions are moved past messages older than their TTL.",
@@ -463,6 +474,8 @@ class BrokerConfig:
         for name in (
             "ttl_duration_default_in_seconds",
             "message_expiry_check_interval_in_minutes",
+            "subscription_expiration_time_minutes",
+            "subscription_expiry_check_interval_in_minutes",
             "backlog_quota_check_interval_in_seconds",
             "max_publish_rate_per_topic_in_messages",
             "max_publish_rate_per_topic_in_bytes",

@@ -68,6 +68,9 @@ class BrokerDefaults(Protocol):
     def message_ttl_s(self) -> int: ...
 
     @property
+    def subscription_expiration_minutes(self) -> int: ...
+
+    @property
     def backlog_quota(self) -> BacklogQuota: ...
 
     @property
@@ -94,6 +97,7 @@ class EffectivePolicies:
 
     retention: RetentionPolicies | None = None
     message_ttl_s: int = 0
+    subscription_expiration_minutes: int = 0  # 0: subscriptions never expire
     backlog_quotas: Mapping[BacklogQuotaType, BacklogQuota] = field(
         default_factory=_unlimited_quotas
     )
@@ -138,6 +142,11 @@ def resolve(policies: Policies, defaults: BrokerDefaults, cluster: str) -> Effec
     return EffectivePolicies(
         retention=policies.retention,
         message_ttl_s=ttl if ttl is not None else defaults.message_ttl_s,
+        subscription_expiration_minutes=(
+            policies.subscription_expiration_time_minutes
+            if policies.subscription_expiration_time_minutes is not None
+            else defaults.subscription_expiration_minutes
+        ),
         backlog_quotas={
             kind: policies.backlog_quotas.get(kind, defaults.backlog_quota)
             for kind in BacklogQuotaType

@@ -18,6 +18,7 @@ left unset (``None``) means the broker's default applies.
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -60,7 +61,7 @@ def _object(body: object, what: str) -> Mapping[str, Any]:
 def parse_int(body: object, what: str, *, low: int = 0, high: int = MAX_INT) -> int:
     """A bare integer body (``messageTTL``, a partition count)."""
     if isinstance(body, bool) or not isinstance(body, int):
-        raise InvalidPolicyError(f"{what} must be an integer, not {body!r}")
+        raise InvalidPolicyError(f"{what} must be an integer, not {_shown(body)}")
     if not low <= body <= high:
         raise InvalidPolicyError(f"Invalid value for {what}: {body} (must be in {low}..{high})")
     return body
@@ -68,8 +69,16 @@ def parse_int(body: object, what: str, *, low: int = 0, high: int = MAX_INT) -> 
 
 def parse_bool(body: object, what: str) -> bool:
     if not isinstance(body, bool):
-        raise InvalidPolicyError(f"{what} must be true or false, not {body!r}")
+        raise InvalidPolicyError(f"{what} must be true or false, not {_shown(body)}")
     return body
+
+
+def _shown(value: object) -> str:
+    """A body's value as the JSON it came as (``true``, ``null``), not as Python writes it."""
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
 
 
 @dataclass(frozen=True)
@@ -290,6 +299,7 @@ class Policies:
     replication_clusters: tuple[str, ...] = ()
     retention: RetentionPolicies | None = None
     message_ttl_in_seconds: int | None = None
+    subscription_expiration_time_minutes: int | None = None
     backlog_quotas: Mapping[BacklogQuotaType, BacklogQuota] = field(default_factory=dict)
     deduplication_enabled: bool | None = None
     publish_rates: Mapping[str, PublishRate] = field(default_factory=dict)  # by cluster
@@ -321,6 +331,7 @@ class Policies:
                 self.auto_topic_creation.to_json() if self.auto_topic_creation else None
             ),
             "message_ttl_in_seconds": self.message_ttl_in_seconds,
+            "subscription_expiration_time_minutes": self.subscription_expiration_time_minutes,
             "retention_policies": self.retention.to_json() if self.retention else None,
             "auth_policies": {
                 "namespace_auth": {r: list(a) for r, a in sorted(self.namespace_auth.items())},
@@ -343,6 +354,7 @@ class Policies:
         bundles = parse_int(raw_bundles, "bundles", low=1, high=MAX_BUNDLES)
         retention = doc.get("retention_policies")
         ttl = doc.get("message_ttl_in_seconds")
+        expiration = doc.get("subscription_expiration_time_minutes")
         dedup = doc.get("deduplicationEnabled")
         auto = doc.get("autoTopicCreationOverride")
         auth = _map(_map(doc, "auth_policies"), "namespace_auth")
@@ -351,6 +363,11 @@ class Policies:
             replication_clusters=_names(doc.get("replication_clusters"), "replication_clusters"),
             retention=RetentionPolicies.parse(retention) if retention is not None else None,
             message_ttl_in_seconds=parse_int(ttl, "messageTTL") if ttl is not None else None,
+            subscription_expiration_time_minutes=(
+                parse_int(expiration, "subscriptionExpirationTime", low=0)
+                if expiration is not None
+                else None
+            ),
             backlog_quotas={
                 parse_backlog_quota_type(t): BacklogQuota.parse(q)
                 for t, q in _map(doc, "backlog_quota_map").items()

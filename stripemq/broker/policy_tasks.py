@@ -6,6 +6,9 @@
 - Backlog quotas, every ``backlog_quota_check_interval_in_seconds`` (Pulsar's
   ``backlogQuotaCheckIntervalInSeconds``, 60) unless ``backlog_quota_check_enabled`` is off:
   each topic over a quota is dealt with by its policy (``backlog_monitor.enforce``).
+- Subscription expiry, every ``subscription_expiry_check_interval_in_minutes`` (Pulsar's
+  ``subscriptionExpiryCheckIntervalInMinutes``, 5): subscriptions without consumers for
+  longer than the effective expiration time are deleted (``subscription_expiry``).
 
 A failure on one topic is logged and the check goes on with the next; a check never stops
 the broker, and the next round tries again.
@@ -21,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from stripemq.broker.backlog_monitor import enforce
 from stripemq.broker.message_expiry import expire_topic
+from stripemq.broker.subscription_expiry import expire_subscriptions
 from stripemq.errors import StripeMQError
 
 if TYPE_CHECKING:
@@ -61,7 +65,8 @@ class PeriodicTask:
 
 
 class PolicyChecks:
-    """The TTL and backlog-quota checks over ``topics()`` (the topics served now)."""
+    """The TTL, backlog-quota and subscription-expiry checks over ``topics()`` (the topics
+    served now)."""
 
     def __init__(
         self,
@@ -69,11 +74,17 @@ class PolicyChecks:
         *,
         message_expiry_interval_s: float,
         backlog_quota_interval_s: float,
+        subscription_expiry_interval_s: float = 0.0,
     ) -> None:
         self.topics = topics
         self.tasks = [
             PeriodicTask("message expiry", message_expiry_interval_s, self.check_message_expiry),
             PeriodicTask("backlog quota", backlog_quota_interval_s, self.check_backlog_quotas),
+            PeriodicTask(
+                "subscription expiry",
+                subscription_expiry_interval_s,
+                self.check_subscription_expiry,
+            ),
         ]
 
     def start(self) -> None:
@@ -89,6 +100,12 @@ class PolicyChecks:
             ttl = topic.policies.message_ttl_s
             if ttl > 0 and topic.serving:
                 await self._check(topic, "message expiry", expire_topic(topic, ttl))
+
+    async def check_subscription_expiry(self) -> None:
+        for topic in list(self.topics()):
+            limit = topic.policies.subscription_expiration_minutes
+            if limit > 0 and topic.serving:
+                await self._check(topic, "subscription expiry", expire_subscriptions(topic, limit))
 
     async def check_backlog_quotas(self) -> None:
         for topic in list(self.topics()):

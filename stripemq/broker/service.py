@@ -56,13 +56,15 @@ class TopicPolicies:
     # What a namespace policy overrides (``namespace_policies.resolve``): TTL (0: none),
     # backlog quota, and the rates (unlimited by default).
     message_ttl_s: int = 0
+    subscription_expiration_minutes: int = 0  # 0: never
     backlog_quota: BacklogQuota = field(default_factory=BacklogQuota)
     publish_rate: PublishRate = field(default_factory=PublishRate)
     dispatch_rate: DispatchRate = field(default_factory=DispatchRate)
     subscription_dispatch_rate: DispatchRate = field(default_factory=DispatchRate)
-    # How often the TTL and backlog-quota checks run (0: never).
+    # How often the TTL, backlog-quota and subscription-expiry checks run (0: never).
     message_expiry_check_interval_s: float = 300.0
     backlog_quota_check_interval_s: float = 60.0
+    subscription_expiry_check_interval_s: float = 300.0
 
 
 class BrokerService:
@@ -100,6 +102,7 @@ class BrokerService:
             lambda: list(self.topics.values()),
             message_expiry_interval_s=self.policies.message_expiry_check_interval_s,
             backlog_quota_interval_s=self.policies.backlog_quota_check_interval_s,
+            subscription_expiry_interval_s=self.policies.subscription_expiry_check_interval_s,
         )
 
     async def start(self) -> None:

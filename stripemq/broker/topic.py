@@ -207,6 +207,9 @@ class Subscription:
         self._delayed_timer_at: int | None = None
         # Consumers told the topic is terminated and read to its end (told once each).
         self._told_end_of_topic: set[int] = set()
+        # When a consumer last came, left or acknowledged (ms): subscription expiry counts
+        # idle time from it (from the topic's loading for one not used since).
+        self.last_active_ms = now_ms()
 
     @property
     def type_name(self) -> str:
@@ -258,6 +261,7 @@ class Subscription:
                 self.cursor.state.rewind()  # a new exclusive consumer starts at the first unacked
             self.dispatcher.add_consumer(consumer.slot)
         self.consumers[consumer.slot.slot_id] = consumer
+        self.last_active_ms = now_ms()
         self._active_may_have_changed()
         if self._task is None:
             self._task = asyncio.ensure_future(self._dispatch_loop())
@@ -266,6 +270,7 @@ class Subscription:
     def remove_consumer(self, consumer: Consumer) -> None:
         if self.consumers.pop(consumer.slot.slot_id, None) is None:
             return
+        self.last_active_ms = now_ms()
         self._told_end_of_topic.discard(consumer.slot.slot_id)
         self.delivery.consumer_removed(consumer.slot)
         self._active_may_have_changed()
@@ -303,6 +308,7 @@ class Subscription:
         acknowledged) for a batch size outside ``0..MAX_BATCH_SIZE``.
         """
         positions = [Position(m.ledgerId, m.entryId) for m in ack.message_id]
+        self.last_active_ms = now_ms()
         if ack.ack_type == pb.CommandAck.Cumulative:
             if len(positions) != 1:
                 raise BrokerError(pb.NotAllowedError, "a cumulative ack names one message")

@@ -299,6 +299,26 @@ def _add_namespaces(commands: Any) -> None:
     )
     _policy_get_remove(commands, "message-ttl", "messageTTL", "the message TTL")
 
+    expiration = _namespace_command(
+        commands,
+        "set-subscription-expiration-time",
+        "Set the subscription expiration time of a namespace",
+        _ns_set_subscription_expiration,
+    )
+    expiration.add_argument(
+        "-t",
+        "--time",
+        type=int,
+        required=True,
+        help="minutes without a consumer before a subscription is deleted; 0 never",
+    )
+    _policy_get_remove(
+        commands,
+        "subscription-expiration-time",
+        "subscriptionExpirationTime",
+        "the subscription expiration time",
+    )
+
     quota = _namespace_command(
         commands, "set-backlog-quota", "Set a backlog quota of a namespace", _ns_set_backlog_quota
     )
@@ -919,6 +939,13 @@ def _ns_set_retention(args: argparse.Namespace, client: AdminClient) -> Any:
 def _ns_set_message_ttl(args: argparse.Namespace, client: AdminClient) -> Any:
     path = _ns_path(args)
     client.post(f"{path}/messageTTL", body=parse_relative_seconds(args.message_ttl))
+    return NOTHING
+
+
+def _ns_set_subscription_expiration(args: argparse.Namespace, client: AdminClient) -> Any:
+    if args.time < 0:
+        raise ArgumentFormatError("the subscription expiration time must be 0 or more minutes")
+    client.post(f"{_ns_path(args)}/subscriptionExpirationTime", body=args.time)
     return NOTHING
 
 

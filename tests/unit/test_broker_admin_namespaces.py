@@ -151,6 +151,7 @@ async def test_create_with_a_policy_in_the_body_keeps_it(admin: Admin) -> None:
         (f"{NS}/public/fresh", {"bundles": {"numBundles": -1}}, None, 412),
         (f"{NS}/public/fresh", {"bundles": {"numBundles": 100000}}, None, 412),
         (f"{NS}/public/fresh", {"message_ttl_in_seconds": -5}, None, 412),
+        (f"{NS}/public/fresh", {"subscription_expiration_time_minutes": -1}, None, 412),
         (f"{NS}/public/fresh", {"replication_clusters": ["elsewhere"]}, None, 403),
         # Fields of the wrong type: 412, not a 500 nor a 403 for clusters "s", "t", ...
         (f"{NS}/public/fresh", {"replication_clusters": 5}, None, 412),
@@ -458,6 +459,7 @@ POLICIES = [
         "retention_policies",
     ),
     ("messageTTL", 3600, 3600, "message_ttl_in_seconds"),
+    ("subscriptionExpirationTime", 90, 90, "subscription_expiration_time_minutes"),
     (
         "backlogQuota",
         {"limitSize": 1024, "limitTime": -1, "policy": "producer_exception"},

@@ -66,12 +66,13 @@ def test_unset_policies_fall_back_to_the_broker_settings() -> None:
 
 
 def test_set_policies_win_over_the_broker_settings() -> None:
-    broker = TopicPolicies(deduplication=True, message_ttl_s=30)
+    broker = TopicPolicies(deduplication=True, message_ttl_s=30, subscription_expiration_minutes=9)
     retention = RetentionPolicies(10, 20)
     age = BacklogQuota(limit_time=60, policy=BacklogQuotaPolicy.CONSUMER_BACKLOG_EVICTION)
     policies = Policies(
         retention=retention,
         message_ttl_in_seconds=0,  # set to 0: no TTL, whatever the broker's default
+        subscription_expiration_time_minutes=0,  # ... and subscriptions never expire
         deduplication_enabled=False,
         backlog_quotas={BacklogQuotaType.MESSAGE_AGE: age},
         publish_rates={"standalone": PublishRate(50, 1000)},
@@ -82,6 +83,8 @@ def test_set_policies_win_over_the_broker_settings() -> None:
     effective = resolve(policies, broker, "standalone")
     assert effective.retention == retention
     assert effective.message_ttl_s == 0
+    assert effective.subscription_expiration_minutes == 0
+    assert resolve(Policies(), broker, "standalone").subscription_expiration_minutes == 9
     assert effective.deduplication is False
     assert effective.backlog_quota(BacklogQuotaType.MESSAGE_AGE) == age
     assert effective.backlog_quota(BacklogQuotaType.DESTINATION_STORAGE) == BacklogQuota()

@@ -156,6 +156,27 @@ COMMANDS: list[tuple[list[str], str, str, dict[str, str], Any]] = [
     (["namespaces", "get-message-ttl", "acme/billing"], "GET", f"{NS}/messageTTL", {}, None),
     (["namespaces", "remove-message-ttl", "acme/billing"], "DELETE", f"{NS}/messageTTL", {}, None),
     (
+        ["namespaces", "set-subscription-expiration-time", "acme/billing", "-t", "120"],
+        "POST",
+        f"{NS}/subscriptionExpirationTime",
+        {},
+        120,
+    ),
+    (
+        ["namespaces", "get-subscription-expiration-time", "acme/billing"],
+        "GET",
+        f"{NS}/subscriptionExpirationTime",
+        {},
+        None,
+    ),
+    (
+        ["namespaces", "remove-subscription-expiration-time", "acme/billing"],
+        "DELETE",
+        f"{NS}/subscriptionExpirationTime",
+        {},
+        None,
+    ),
+    (
         [
             "namespaces",
             "set-backlog-quota",

@@ -25,7 +25,8 @@ Namespaces (``{tenant}/{namespace}``; a bad name answers 412, an unknown one 404
   (``bundles.numBundles`` of its policies): 412 for a range that is not one of its bundles.
 
 Policies, each with GET (204 while unset, as Pulsar answers null), POST (the body below) and
-DELETE: ``retention``, ``messageTTL`` (bare seconds), ``backlogQuota``
+DELETE: ``retention``, ``messageTTL`` (bare seconds), ``subscriptionExpirationTime`` (bare
+minutes; 0: never), ``backlogQuota``
 (``?backlogQuotaType=destination_storage|message_age``; ``backlogQuotaMap`` lists them),
 ``deduplication`` (bare bool), ``publishRate``, ``dispatchRate``,
 ``subscriptionDispatchRate`` (rates are this broker's cluster's), ``autoTopicCreation``.
@@ -272,6 +273,16 @@ POLICY_ENDPOINTS = (
         lambda p, s: p.message_ttl_in_seconds,
         lambda p, body, s: p.with_(message_ttl_in_seconds=parse_int(body, "message TTL")),
         lambda p, s: p.with_(message_ttl_in_seconds=None),
+    ),
+    PolicyEndpoint(
+        "subscriptionExpirationTime",
+        lambda p, s: p.subscription_expiration_time_minutes,
+        lambda p, body, s: p.with_(
+            subscription_expiration_time_minutes=parse_int(
+                body, "subscription expiration time", low=0
+            )
+        ),
+        lambda p, s: p.with_(subscription_expiration_time_minutes=None),
     ),
     PolicyEndpoint("backlogQuota", _get_backlog_quota, _set_backlog_quota, _remove_backlog_quota),
     PolicyEndpoint(
