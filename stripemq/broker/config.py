@@ -15,6 +15,9 @@ from stripemq.managed_ledger.cursor.config import CursorConfig
 from stripemq.proto.frames import FRAME_PADDING
 
 MiB = 1024 * 1024
+# Bytes left, in a frame of maxMessageSize + FRAME_PADDING, for the MESSAGE command around
+# an entry (its message id, redelivery count, ack set).
+DELIVERY_ROOM = 1024
 # Pulsar's backlog quota retention policies, as the setting names them.
 BACKLOG_QUOTA_POLICIES = tuple(policy.value for policy in BacklogQuotaPolicy)
 
@@ -513,9 +516,10 @@ class BrokerConfig:
             retention_time_s=retention_time * 60 if retention_time >= 0 else -1,
             retention_size_bytes=retention_size * MiB if retention_size >= 0 else -1,
             cache_size_bytes=self.managed_ledger_cache_size_mb * MiB,
-            # A message of maxMessageSize with its metadata (a chunk is that big), as the
-            # frame limit allows: Pulsar checks no more than that either.
-            max_entry_bytes=self.max_message_size + FRAME_PADDING,
+            # A message of maxMessageSize with its metadata (a chunk is that big), in the
+            # frame's padding, less room for the MESSAGE command that delivers it: every
+            # stored entry fits the frame a consumer takes (Pulsar's bookies refuse more).
+            max_entry_bytes=self.max_message_size + FRAME_PADDING - DELIVERY_ROOM,
             cursor=CursorConfig(
                 ensemble_size=self.managed_ledger_default_ensemble_size,
                 write_quorum_size=self.managed_ledger_default_write_quorum,

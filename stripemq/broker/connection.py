@@ -150,6 +150,7 @@ class ServerConnection:
         self._tasks: set[asyncio.Task[Any]] = set()
         # The tasks serving PRODUCER requests, by producer id, until they are answered.
         self._creating_producers: dict[int, asyncio.Task[Any]] = {}
+        self._refused_senders: set[str] = set()  # producers whose refused SEND was logged
         # Backpressure: SENDs stored but not yet receipted, and whether reading may go on.
         self.pending_publishes = 0
         self._publish_window = asyncio.Event()
@@ -563,7 +564,11 @@ class ServerConnection:
         except StripeMQError as exc:
             if dedup is not None:
                 dedup.failed(producer.name, body.sequence_id)
-            log.warning(
+            # Once per producer at WARNING: a client resending in a loop floods nothing.
+            level = logging.DEBUG if producer.name in self._refused_senders else logging.WARNING
+            self._refused_senders.add(producer.name)
+            log.log(
+                level,
                 "%s: SEND %d of producer %s on %s refused: %s",
                 self.peer,
                 body.sequence_id,

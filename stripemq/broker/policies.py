@@ -76,9 +76,11 @@ def parse_bool(body: object, what: str) -> bool:
 def _shown(value: object) -> str:
     """A body's value as the JSON it came as (``true``, ``null``), not as Python writes it."""
     try:
-        return json.dumps(value)
+        return json.dumps(value)[:200]
+    except RecursionError:  # nested deeper than the encoder goes
+        return "a value nested too deeply"
     except (TypeError, ValueError):
-        return repr(value)
+        return repr(value)[:200]
 
 
 @dataclass(frozen=True)

@@ -2,11 +2,10 @@
 subscription that has had no consumer for longer than its namespace's
 ``subscriptionExpirationTime`` (else the broker's setting) is deleted with its cursor.
 
-Idle time counts from a subscription's last consumer coming, leaving or acknowledging, as
-this broker saw it; one not used since the topic was loaded here counts from the loading
-(which takes every durable cursor up as a subscription). The time is not stored, so a
-broker restart or a takeover starts the count again: a subscription lives longer, never
-shorter. The broker's own cursors and replicators' subscriptions never expire.
+Idle time counts from a subscription's last consumer coming, leaving or acknowledging. A
+durable cursor stores that time with its position (Pulsar's lastActive), so the count goes
+on across unloads, takeovers and restarts, from the cursor's last stored state. The
+broker's own cursors and replicators' subscriptions never expire.
 """
 
 from __future__ import annotations

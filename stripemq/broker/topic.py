@@ -208,8 +208,16 @@ class Subscription:
         # Consumers told the topic is terminated and read to its end (told once each).
         self._told_end_of_topic: set[int] = set()
         # When a consumer last came, left or acknowledged (ms): subscription expiry counts
-        # idle time from it (from the topic's loading for one not used since).
+        # idle time from it. A durable cursor keeps it (stored with its position, as
+        # Pulsar's lastActive), so the count goes on across unloads and restarts.
+        stored = cursor.last_active_ms if isinstance(cursor, ManagedCursor) else 0
+        self.last_active_ms = stored or now_ms()
+
+    def _touch(self) -> None:
+        """A consumer came, left or acknowledged: the subscription is in use now."""
         self.last_active_ms = now_ms()
+        if isinstance(self.cursor, ManagedCursor):
+            self.cursor.last_active_ms = self.last_active_ms  # stored with its next write
 
     @property
     def type_name(self) -> str:
@@ -261,7 +269,7 @@ class Subscription:
                 self.cursor.state.rewind()  # a new exclusive consumer starts at the first unacked
             self.dispatcher.add_consumer(consumer.slot)
         self.consumers[consumer.slot.slot_id] = consumer
-        self.last_active_ms = now_ms()
+        self._touch()
         self._active_may_have_changed()
         if self._task is None:
             self._task = asyncio.ensure_future(self._dispatch_loop())
@@ -270,7 +278,7 @@ class Subscription:
     def remove_consumer(self, consumer: Consumer) -> None:
         if self.consumers.pop(consumer.slot.slot_id, None) is None:
             return
-        self.last_active_ms = now_ms()
+        self._touch()
         self._told_end_of_topic.discard(consumer.slot.slot_id)
         self.delivery.consumer_removed(consumer.slot)
         self._active_may_have_changed()
@@ -308,7 +316,7 @@ class Subscription:
         acknowledged) for a batch size outside ``0..MAX_BATCH_SIZE``.
         """
         positions = [Position(m.ledgerId, m.entryId) for m in ack.message_id]
-        self.last_active_ms = now_ms()
+        self._touch()
         if ack.ack_type == pb.CommandAck.Cumulative:
             if len(positions) != 1:
                 raise BrokerError(pb.NotAllowedError, "a cumulative ack names one message")
@@ -483,10 +491,13 @@ class Subscription:
     def _read_to_end_of_terminated_topic(self) -> bool:
         """The topic is terminated and the subscription has acknowledged everything up to
         its last entry (Pulsar tells consumers the end only once all is acknowledged: told
-        sooner, a client may stop acknowledging what it still holds)."""
+        sooner, a client may stop acknowledging what it still holds); a reader's, that it
+        has read it all."""
         end = self.topic.ml.terminated_position
         if end is None or self.delivery.replay_pending:
             return False
+        if not self.durable:  # a reader acknowledges nothing: read to the end is the end
+            return self.cursor.state.first_unacked_from(self.cursor.read_position) > end
         return self.cursor.backlog == 0
 
     async def close(self) -> None:
@@ -508,6 +519,8 @@ class Subscription:
         failing = False
         while True:
             if not self.dispatcher.has_permits():
+                if self._read_to_end_of_terminated_topic():  # told on the ack, permits or not
+                    self._tell_end_of_topic()
                 await self._wait_for_wake()
                 continue
             if self._dispatch_budget() == 0:
@@ -755,6 +768,7 @@ class PersistentTopic:
         self._closing: asyncio.Future[None] | None = None
         self.producers: list[Producer] = []
         self._producers_changed = asyncio.Condition()
+        self._exclusive_waiters = 0  # WaitForExclusive producers waiting on the condition
         self.subscriptions: dict[str, Subscription] = {}
         self.stats = TopicCounters()  # published messages and bytes (stats.py)
         # Deduplication: on once its state is read back (``_recover_deduplication``, in
@@ -818,6 +832,11 @@ class PersistentTopic:
             self._check_serving()  # (closed while it waited)
             self._take_over_name(producer)
             exclusive = [p for p in self.producers if p.access_mode != pb.Shared]
+            if mode in (pb.Shared, pb.Exclusive) and self._exclusive_waiters:
+                # As Pulsar: a producer waiting for exclusive access goes first.
+                raise BrokerError(
+                    pb.ProducerBusy, f"{self.name} has a producer waiting for exclusive access"
+                )
             if mode == pb.Shared:
                 if exclusive:
                     raise BrokerError(pb.ProducerBusy, f"{self.name} has an exclusive producer")
@@ -832,8 +851,14 @@ class PersistentTopic:
             elif mode == pb.WaitForExclusive:
                 if self.producers and on_queued is not None:
                     on_queued()
-                await self._producers_changed.wait_for(lambda: not self.producers)
-                self._check_serving()
+                self._exclusive_waiters += 1
+                try:
+                    await self._producers_changed.wait_for(lambda: not self.producers)
+                finally:
+                    self._exclusive_waiters -= 1
+                self._check_serving()  # unloaded or closed meanwhile: it goes elsewhere
+                if self.ml.terminated:
+                    raise BrokerError(pb.TopicTerminatedError, f"topic {self.name} is terminated")
             self.producers.append(producer)
 
     def _take_over_name(self, producer: Producer) -> None:
@@ -1240,6 +1265,9 @@ class PersistentTopic:
             if producer.sink is not None:
                 producer.sink.close_producer(producer.producer_id)
         self.producers.clear()
+        # Waiting WaitForExclusive producers wake, find the topic closing and are refused
+        # (ServiceNotReady): their clients look it up again too.
+        self._announcement = asyncio.ensure_future(self._announce_producers_changed())
         for subscription in list(self.subscriptions.values()):
             for consumer in list(subscription.consumers.values()):
                 consumer.sink.close_consumer(consumer.slot.consumer_id)

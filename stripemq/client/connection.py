@@ -352,14 +352,16 @@ class ClientConnection:
     ) -> pb.BaseCommand:
         """Send a PRODUCER or SUBSCRIBE with ``listener`` registered first (the broker may
         send to it right after answering). On failure it is unregistered; after a timeout
-        the broker is also asked to close what it may have made (``close_command(rid)``)."""
+        or a cancellation the broker is also asked to close what it may have made or may
+        still make (``close_command(rid)``: a queued WaitForExclusive producer, say)."""
         registry[handle_id] = listener
         try:
             return await self.request(command, request_id)
-        except ClientTimeoutError:
+        except (ClientTimeoutError, asyncio.CancelledError):
             registry.pop(handle_id, None)
-            with contextlib.suppress(StripeMQError):
-                self.send_command(close_command(self.new_request_id()))
+            if not self.is_closed:
+                with contextlib.suppress(StripeMQError):
+                    self.send_command(close_command(self.new_request_id()))
             raise
         except BaseException:
             registry.pop(handle_id, None)
@@ -404,7 +406,7 @@ class ClientConnection:
                 future.set_result(event.command)
         elif isinstance(event, ProducerQueued):  # admitted later: wait for it, however long
             deadline = self._deadlines.get(event.request_id)
-            if deadline is not None:
+            if deadline is not None and not deadline.expired():
                 deadline.reschedule(None)
         elif isinstance(event, RequestFailed):  # request() raises it as its typed error
             future = self._pending.get(event.request_id)

@@ -45,9 +45,10 @@ class ManagedLedgerConfig:
         "broker together.",
     )
     max_entry_bytes: int = setting(
-        5 * 1024 * 1024 + 10 * 1024,
-        "Largest entry accepted: a message of the protocol's 5 MiB with its metadata, in the "
-        "10 KiB the frame leaves for them (a chunk of a larger message is that big).",
+        5 * 1024 * 1024 + 9 * 1024,
+        "Largest entry accepted: a message of the protocol's 5 MiB with its metadata (a chunk "
+        "of a larger message is that big), leaving 1 KiB of the frame's 10 KiB of padding for "
+        "the command that delivers it.",
     )
     password: bytes = setting(
         b"", "Password of the topic's ledgers (Pulsar uses an empty one with CRC32C digests)."

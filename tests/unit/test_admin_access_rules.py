@@ -166,6 +166,8 @@ def test_only_metrics_and_probes_are_public() -> None:
             Rule(Need.CONSUME, "namespace"),
         ),
         ("GET", TOPIC + "/lastMessageId", Rule(Need.CONSUME, "namespace")),
+        ("GET", TOPIC + "/examinemessage", Rule(Need.CONSUME, "namespace")),
+        ("GET", TOPIC + "/ledger/{ledger}/entry/{entry}", Rule(Need.CONSUME, "namespace")),
         # clusters and brokers
         ("GET", "/admin/v2/clusters", Rule(Need.AUTHENTICATED)),
         ("GET", "/admin/v2/clusters/{cluster}", Rule(Need.AUTHENTICATED)),

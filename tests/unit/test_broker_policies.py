@@ -19,6 +19,8 @@ from stripemq.broker.policies import (
     RetentionPolicies,
     TopicType,
     bundle_boundaries,
+    parse_bool,
+    parse_int,
 )
 
 
@@ -95,3 +97,15 @@ def test_documents_read_back_what_they_wrote() -> None:
         "0xc0000000",
         "0xffffffff",
     ]
+
+
+def test_a_refused_value_is_shown_as_the_json_it_came_as() -> None:
+    with pytest.raises(InvalidPolicyError, match=r"must be an integer, not true$"):
+        parse_int(True, "message TTL")
+    with pytest.raises(InvalidPolicyError, match=r"must be true or false, not null$"):
+        parse_bool(None, "deduplication")
+    deep: list[Any] = []
+    for _ in range(20_000):  # deeper than the JSON encoder goes: still a refusal, not a bug
+        deep = [deep]
+    with pytest.raises(InvalidPolicyError, match="nested too deeply"):
+        parse_int(deep, "message TTL")

@@ -33,15 +33,15 @@ async def topic_with_subscriptions(store: MetadataStore) -> PersistentTopic:
         name.managed_ledger_name, store, cast(BookKeeper, FakeBookKeeper()), ManagedLedgerConfig()
     )
     await ml.open(create=True)
-    topic = PersistentTopic(name, ml)
+    await ml.open_cursor("pulsar.repl.west", InitialPosition.Earliest)  # a replicator's
+    topic = PersistentTopic(name, ml)  # takes every durable cursor up as a subscription
     shared = pb.CommandSubscribe.Shared
     for sub in ("idle", "recent", "busy"):
         await topic.subscribe(sub, shared, InitialPosition.Earliest)
-    await ml.open_cursor("pulsar.repl.west", InitialPosition.Earliest)  # made by a replicator
     busy = topic.subscriptions["busy"]
     busy.add_consumer(Consumer(ConsumerSlot(1, "c"), NullSink(), busy))
     hour_ago = now_ms() - 60 * MINUTE_MS
-    for sub in ("idle", "busy"):
+    for sub in ("idle", "busy", "pulsar.repl.west"):
         topic.subscriptions[sub].last_active_ms = hour_ago
     topic.subscriptions["recent"].last_active_ms = now_ms() - MINUTE_MS
     return topic
@@ -56,6 +56,24 @@ async def test_only_subscriptions_idle_past_the_limit_are_deleted(store: Metadat
     assert "idle" not in topic.subscriptions and "idle" not in topic.ml.cursors
     assert sorted(topic.subscription_names()) == ["busy", "pulsar.repl.west", "recent"]
     await topic.close()
+
+
+async def test_the_idle_time_is_kept_by_the_cursor(store: MetadataStore) -> None:
+    """Loaded again (an unload, a restart), a subscription counts from its cursor's stored
+    last activity, not from the loading."""
+    topic = await topic_with_subscriptions(store)
+    idle = topic.subscriptions["idle"]
+    (consumer,) = topic.subscriptions["busy"].consumers.values()
+    idle.ack(consumer, pb.CommandAck(consumer_id=1, ack_type=pb.CommandAck.Individual))
+    used = idle.last_active_ms
+    await topic.close()
+    ml = ManagedLedger(topic.ml.name, store, topic.ml.bk, topic.ml.config)
+    await ml.open(create=False)
+    again = PersistentTopic(topic.topic_name, ml)
+    assert again.subscriptions["idle"].last_active_ms == used
+    # The consumer of "busy" went with the old topic: all three are idle by then.
+    assert idle_subscriptions(again, 30, used + 31 * MINUTE_MS) == ["busy", "idle", "recent"]
+    await again.close()
 
 
 async def test_acknowledging_and_consumers_leaving_count_as_activity(

@@ -414,3 +414,45 @@ async def test_a_read_in_flight_when_everything_is_given_back_is_not_sent(
     await asyncio.sleep(0.05)
     assert sink.positions == positions[:2] + positions
     await topic.close()
+
+
+async def test_a_producer_waiting_for_exclusive_access(store: MetadataStore) -> None:
+    """It is told it waits, goes before Shared and Exclusive producers that come later,
+    is refused once the topic is terminated, and wakes (refused) when the topic closes."""
+    topic = await live_topic(store)
+    holder = Producer(1, "holder", topic, Producers(), pb.Exclusive)
+    await topic.add_producer(holder)
+    queued: list[str] = []
+    waiter = Producer(2, "waiter", topic, Producers(), pb.WaitForExclusive)
+    waiting = asyncio.ensure_future(topic.add_producer(waiter, lambda: queued.append("w")))
+    await until(lambda: queued == ["w"], "the waiter is told it waits")
+    for mode in (pb.Shared, pb.Exclusive):
+        with pytest.raises(BrokerError, match="waiting for exclusive access"):
+            await topic.add_producer(Producer(3, f"late-{mode}", topic, Producers(), mode))
+    await topic.remove_producer(holder)
+    await waiting
+    assert topic.producers == [waiter]
+    await topic.remove_producer(waiter)
+
+    # Terminated while it waits: refused, not admitted to a topic that takes no messages.
+    await topic.add_producer(holder)
+    waiting = asyncio.ensure_future(topic.add_producer(waiter))
+    await until(lambda: topic._exclusive_waiters == 1, "the waiter waits")
+    await topic.terminate()
+    with pytest.raises(BrokerError) as refused:
+        await waiting
+    assert refused.value.server_error == pb.TopicTerminatedError
+    assert topic.producers == []
+    await topic.close()
+
+
+async def test_a_waiting_producer_wakes_when_the_topic_is_unloaded(store: MetadataStore) -> None:
+    topic = await live_topic(store)
+    await topic.add_producer(Producer(1, "holder", topic, Producers(), pb.Exclusive))
+    waiter = Producer(2, "waiter", topic, Producers(), pb.WaitForExclusive)
+    waiting = asyncio.ensure_future(topic.add_producer(waiter))
+    await until(lambda: topic._exclusive_waiters == 1, "the waiter waits")
+    await topic.close(disconnect=True)
+    with pytest.raises(BrokerError) as refused:
+        await asyncio.wait_for(waiting, 5)
+    assert refused.value.server_error == pb.ServiceNotReady

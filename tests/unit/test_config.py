@@ -183,3 +183,24 @@ def test_rendered_settings_are_a_settings_file(tmp_path: Path) -> None:
     commented = render_settings(config, commented=True, skip={"rack"})
     assert "\nbookie_port" not in commented and "# bookie_port = 4000" in commented
     assert "rack =" not in commented
+
+
+def test_the_largest_entry_a_broker_stores_can_be_delivered() -> None:
+    """An entry of the managed ledger's limit, in a MESSAGE with the largest ids and a
+    redelivery count, fits the frame a consumer takes (maxMessageSize + padding)."""
+    from stripemq.broker.config import BrokerConfig
+    from stripemq.proto import pulsar_api_pb2 as pb
+    from stripemq.proto.frames import FRAME_PADDING, encode_payload_command
+
+    config = BrokerConfig()
+    largest = config.managed_ledger_config().max_entry_bytes
+    assert largest > config.max_message_size  # a chunk with its metadata is stored
+    top = (1 << 64) - 1
+    command = pb.CommandMessage(
+        consumer_id=top,
+        message_id=pb.MessageIdData(ledgerId=top, entryId=top, partition=(1 << 31) - 1),
+        redelivery_count=(1 << 32) - 1,
+        consumer_epoch=top,
+    )
+    frame = encode_payload_command(command, b"x" * largest)
+    assert len(frame) - 4 <= config.max_message_size + FRAME_PADDING

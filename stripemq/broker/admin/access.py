@@ -103,6 +103,8 @@ def _topic_rule(method: str, rest: str) -> Rule:
         return Rule(Need.CONSUME, "namespace")
     if tail == "lastMessageId":
         return Rule(Need.CONSUME, "namespace")
+    if method in _READS and (tail == "examinemessage" or tail.startswith("ledger/")):
+        return Rule(Need.CONSUME, "namespace")  # Pulsar's PEEK_MESSAGES, as peek's
     if method in _READS and tail in _TOPIC_READS:
         return Rule(Need.LOOKUP, "namespace")
     return Rule(Need.TENANT_ADMIN, "namespace")  # create, delete, unload, terminate...
