@@ -577,6 +577,8 @@ class ServerConnection:
                 exc,
             )
             return self._send_error(body, server_error_of(exc), str(exc))
+        if body.is_chunk:
+            producer.topic.stats.chunk_published = True
         self.pending_publishes += 1
         if self.pending_publishes >= self.max_pending_publishes:
             self._publish_window.clear()

@@ -236,6 +236,7 @@ class TopicCounters:
 
     meter: RateMeter = field(default_factory=RateMeter)
     write_latency: LatencyBuckets = field(default_factory=LatencyBuckets)
+    chunk_published: bool = False  # a chunk of a chunked message was stored (Pulsar's flag)
 
     def published(self, messages: int, size: int, latency_ms: float) -> None:
         self.meter.record(messages, size)
@@ -436,7 +437,7 @@ def topic_stats(topic: PersistentTopic) -> dict[str, Any]:
         "bytesOutCounter": sum(s["bytesOutCounter"] for s in subscriptions.values()),
         "msgOutCounter": sum(s["msgOutCounter"] for s in subscriptions.values()),
         "averageMsgSize": meter.average_size(),
-        "msgChunkPublished": False,
+        "msgChunkPublished": topic.stats.chunk_published,
         "storageSize": topic.ml.chain.size,
         "backlogSize": topic.estimated_backlog_size(),
         "publishRateLimitedTimes": 0,

@@ -752,6 +752,12 @@ def _add_brokers(commands: Any) -> None:
     _command(
         commands, "get-all-dynamic-config", "Get the values given to dynamic settings", _brokers_get
     ).set_defaults(path="/admin/v2/brokers/configuration/values")
+    _command(
+        commands,
+        "backlog-quota-check",
+        "Check the backlog quotas of the broker's topics now",
+        _brokers_backlog_quota_check,
+    )
     update = _command(
         commands, "update-dynamic-config", "Change a dynamic setting", _brokers_update_config
     )
@@ -1344,6 +1350,11 @@ def _brokers_healthcheck(args: argparse.Namespace, client: AdminClient) -> Any:
 
 def _brokers_get(args: argparse.Namespace, client: AdminClient) -> Any:
     return client.get(args.path).json()
+
+
+def _brokers_backlog_quota_check(args: argparse.Namespace, client: AdminClient) -> Any:
+    client.get("/admin/v2/brokers/backlog-quota-check")
+    return NOTHING
 
 
 def _brokers_update_config(args: argparse.Namespace, client: AdminClient) -> Any:

@@ -827,6 +827,7 @@ async def test_a_message_larger_than_the_maximum_goes_in_chunks(broker: BrokerSe
     assert await in_thread(chunked_round, broker.service_url, topic, message) == message
     served = await broker.service.get_topic(TopicName.parse(topic))
     assert served.ml.chain.entries == 3
+    assert served.stats.chunk_published  # Pulsar's msgChunkPublished
 
 
 def wait_for_exclusive_round(url: str, topic: str) -> dict[str, object]:

@@ -187,6 +187,21 @@ async def test_the_internal_configuration_names_the_metadata_store(admin: Admin)
     assert internal["ledgersRootPath"] == "/ledgers"
 
 
+async def test_the_backlog_quota_check_runs_on_request(
+    admin: Admin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checked: list[bool] = []
+
+    async def check() -> None:
+        checked.append(True)
+
+    service = admin.serving[0]
+    assert service is not None
+    monkeypatch.setattr(service.policy_checks, "check_backlog_quotas", check)
+    assert (await admin.call("GET", "/admin/v2/brokers/backlog-quota-check"))[0] == 204
+    assert checked == [True]
+
+
 def test_the_internal_configuration_of_zookeeper() -> None:
     internal = internal_configuration("zk://zk-0:2181,zk-1:2181/stripemq")
     assert internal["zookeeperServers"] == "zk-0:2181,zk-1:2181/stripemq"

@@ -679,6 +679,13 @@ COMMANDS: list[tuple[list[str], str, str, dict[str, str], Any]] = [
     ),
     (["brokers", "list-dynamic-config"], "GET", "/admin/v2/brokers/configuration", {}, None),
     (
+        ["brokers", "backlog-quota-check"],
+        "GET",
+        "/admin/v2/brokers/backlog-quota-check",
+        {},
+        None,
+    ),
+    (
         ["brokers", "get-all-dynamic-config"],
         "GET",
         "/admin/v2/brokers/configuration/values",

@@ -11,7 +11,8 @@
   they were given; ``POST``/``DELETE .../configuration/{name}[/{value}]`` is 412, as Pulsar
   answers for a setting that is not dynamic.
 - ``GET .../internal-configuration``: where the metadata lives (Pulsar's
-  ``InternalConfigurationData``).
+  ``InternalConfigurationData``); ``GET .../backlog-quota-check`` runs the backlog-quota
+  check over this broker's topics now (204).
 - ``GET .../leaderBroker``: the elected leader (``stripemq.broker.leader``) as Pulsar's
   ``{"serviceUrl": <web URL>, "brokerId": ...}``.
 - ``GET .../health``: produces a heartbeat message to this broker's heartbeat topic
@@ -135,6 +136,12 @@ class Brokers:
             "every setting is read when the broker starts"
         )
 
+    async def backlog_quota_check(self, request: web.Request) -> web.Response:
+        """Run the backlog-quota check over this broker's topics now (Pulsar's
+        ``monitorBacklogQuota``), without waiting for its next round."""
+        await self.ctx.service.policy_checks.check_backlog_quotas()
+        return web.Response(status=204)
+
     async def internal_configuration(self, request: web.Request) -> web.Response:
         return ok_json(internal_configuration(self.ctx.config.metadata_service_uri))
 
@@ -216,4 +223,5 @@ def add_routes(router: web.UrlDispatcher, ctx: AdminContext) -> None:
     router.add_post("/admin/v2/brokers/configuration/{name}/{value}", update)
     router.add_delete("/admin/v2/brokers/configuration/{name}", update)
     router.add_get("/admin/v2/brokers/internal-configuration", r.internal_configuration)
+    router.add_get("/admin/v2/brokers/backlog-quota-check", r.backlog_quota_check)
     router.add_get("/admin/v2/brokers/{cluster}", r.list_cluster_brokers)
