@@ -201,6 +201,7 @@ class Subscription:
         )
         self._active: ConsumerSlot | None = None
         self._wake = asyncio.Event()
+        self._idle = False  # its dispatch loop waits on ``_wake`` with nothing to do
         self._task: asyncio.Task[None] | None = None
         # The timer that releases due delayed entries, and the time (ms) it is set for.
         self._delayed_timer: asyncio.TimerHandle | None = None
@@ -704,15 +705,29 @@ class Subscription:
             sink.flush_messages()
 
     async def _wait_for_wake(self) -> None:
-        await self._wake.wait()
+        await self._parked()
         self._wake.clear()
+
+    async def _parked(self) -> None:
+        """Wait for a wake, with nothing else to do meanwhile (``idle`` says so)."""
+        self._idle = True
+        try:
+            await self._wake.wait()
+        finally:
+            self._idle = False
+
+    @property
+    def idle(self) -> bool:
+        """Its dispatch loop has done all it can and waits to be woken (a flow, an ack, a
+        new entry)."""
+        return self._idle
 
     async def _wait_for_entries_or_wake(self, ml: ManagedLedger, after: Position) -> None:
         """Wait at the tail: the add that confirms the next entry (or the ledger closing)
         wakes this loop directly, as does anything else that sets ``_wake``."""
         if not ml.has_entries_after(after) and not ml.closed:
             ml.wake_on_new_entry(self._wake.set)
-            await self._wake.wait()
+            await self._parked()
         else:
             # Something arrived since the read (or the ledger closed: the next read says
             # so). Yield all the same: this loop must never keep the event loop to itself.

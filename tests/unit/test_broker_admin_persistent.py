@@ -5,7 +5,6 @@ ids, peek headers) and the managed ledger's termination, which ``/terminate`` re
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -661,7 +660,7 @@ async def test_terminate(admin: Admin) -> None:
     # Sent everything, the consumer hears the topic ended only once it acknowledged it all
     # (as Pulsar: told sooner, a client may stop acknowledging what it holds).
     await until(lambda: len(consumer.slot.pending) == 3, "all three sent", timeout=5)
-    await asyncio.sleep(0.05)
+    await until(lambda: subscription.idle, "dispatch waits", timeout=5)
     assert sink.ended == []
     ack = pb.CommandAck(consumer_id=5, ack_type=pb.CommandAck.Individual)
     for position in sorted(consumer.slot.pending):

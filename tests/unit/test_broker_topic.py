@@ -411,7 +411,7 @@ async def test_a_read_in_flight_when_everything_is_given_back_is_not_sent(
     sub.redeliver(consumer, [])  # the client cleared its queue: 0..3 again
     release.set()
     await until(lambda: len(sink.positions) == 6, "everything sent again")
-    await asyncio.sleep(0.05)
+    await until(lambda: sub.idle, "dispatch waits")
     assert sink.positions == positions[:2] + positions
     await topic.close()
 
