@@ -208,17 +208,27 @@ class Subscription:
         self._delayed_timer_at: int | None = None
         # Consumers told the topic is terminated and read to its end (told once each).
         self._told_end_of_topic: set[int] = set()
-        # When a consumer last came, left or acknowledged (ms): subscription expiry counts
-        # idle time from it. A durable cursor keeps it (stored with its position, as
-        # Pulsar's lastActive), so the count goes on across unloads and restarts.
-        stored = cursor.last_active_ms if isinstance(cursor, ManagedCursor) else 0
-        self.last_active_ms = stored or now_ms()
+        self._reader_last_active_ms = now_ms()  # see last_active_ms: a reader's cursor has none
+
+    @property
+    def last_active_ms(self) -> int:
+        """When a consumer last came, left or acknowledged (ms), which subscription expiry
+        counts idle time from. A durable cursor keeps it, stored with its position (Pulsar's
+        lastActive), so the count goes on across unloads and restarts."""
+        if isinstance(self.cursor, ManagedCursor):
+            return self.cursor.last_active_ms
+        return self._reader_last_active_ms
+
+    @last_active_ms.setter
+    def last_active_ms(self, ms: int) -> None:
+        if isinstance(self.cursor, ManagedCursor):
+            self.cursor.last_active_ms = ms  # stored with the cursor's next write
+        else:
+            self._reader_last_active_ms = ms
 
     def _touch(self) -> None:
         """A consumer came, left or acknowledged: the subscription is in use now."""
         self.last_active_ms = now_ms()
-        if isinstance(self.cursor, ManagedCursor):
-            self.cursor.last_active_ms = self.last_active_ms  # stored with its next write
 
     @property
     def type_name(self) -> str:

@@ -726,6 +726,31 @@ def _stats_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+# The brokers commands that print one GET's answer: (command, help, path).
+_BROKER_READS = (
+    (
+        "get-runtime-config",
+        "Get the broker's settings as it runs",
+        "/admin/v2/brokers/configuration/runtime",
+    ),
+    (
+        "get-internal-config",
+        "Get where the metadata lives",
+        "/admin/v2/brokers/internal-configuration",
+    ),
+    (
+        "list-dynamic-config",
+        "List the settings that can be changed while the broker runs",
+        "/admin/v2/brokers/configuration",
+    ),
+    (
+        "get-all-dynamic-config",
+        "Get the values given to dynamic settings",
+        "/admin/v2/brokers/configuration/values",
+    ),
+)
+
+
 def _add_brokers(commands: Any) -> None:
     listing = _command(
         commands, "list", "List the active brokers of the cluster", _brokers_list, label="broker"
@@ -737,21 +762,8 @@ def _add_brokers(commands: Any) -> None:
     )
     health.add_argument("-tv", "--topic-version", help="topic version (V1 or V2)")
     _command(commands, "version", "Get the version of the broker", _brokers_version)
-    _command(
-        commands, "get-runtime-config", "Get the broker's settings as it runs", _brokers_get
-    ).set_defaults(path="/admin/v2/brokers/configuration/runtime")
-    _command(
-        commands, "get-internal-config", "Get where the metadata lives", _brokers_get
-    ).set_defaults(path="/admin/v2/brokers/internal-configuration")
-    _command(
-        commands,
-        "list-dynamic-config",
-        "List the settings that can be changed while the broker runs",
-        _brokers_get,
-    ).set_defaults(path="/admin/v2/brokers/configuration")
-    _command(
-        commands, "get-all-dynamic-config", "Get the values given to dynamic settings", _brokers_get
-    ).set_defaults(path="/admin/v2/brokers/configuration/values")
+    for name, about, path in _BROKER_READS:
+        _command(commands, name, about, _brokers_get).set_defaults(path=path)
     _command(
         commands,
         "backlog-quota-check",

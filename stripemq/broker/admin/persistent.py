@@ -608,13 +608,11 @@ class PersistentTopics:
         return no_content()
 
     async def terminate(self, request: web.Request) -> web.Response:
-        topic = topic_of(request)
-        await check_namespace(self.ctx.store, topic.namespace_name)
-        if await self._partitions(topic):
-            raise RestError(405, "Termination of a partitioned topic is not allowed")
-        served = await self._served_topic(request, topic)
+        served = await self._single_topic(
+            request, "Termination of a partitioned topic is not allowed"
+        )
         last = await served.terminate()
-        return ok_json(message_id_json(last, topic.partition_index))
+        return ok_json(message_id_json(last, served.topic_name.partition_index))
 
     async def terminate_partitions(self, request: web.Request) -> web.Response:
         """Terminate every partition; answers ``{index: message id}`` as Pulsar does."""
@@ -626,13 +624,11 @@ class PersistentTopics:
         )
 
     async def last_message_id(self, request: web.Request) -> web.Response:
-        topic = topic_of(request)
-        await check_namespace(self.ctx.store, topic.namespace_name)
-        if await self._partitions(topic):
-            raise RestError(405, "GetLastMessageId on a partitioned topic is not allowed")
-        served = await self._served_topic(request, topic)
+        served = await self._single_topic(
+            request, "GetLastMessageId on a partitioned topic is not allowed"
+        )
         last = served.ml.last_confirmed
-        answer: dict[str, int] = message_id_json(last, topic.partition_index)
+        answer: dict[str, int] = message_id_json(last, served.topic_name.partition_index)
         if last.entry_id >= 0:
             entries = await served.ml.read_entries(last, 1)
             if entries and entries[0].position == last:
@@ -749,11 +745,9 @@ class PersistentTopics:
         count = path_int(request, "count", "the number of messages")
         if count < 0:
             raise precondition_failed("the number of messages to skip must not be negative")
-        topic = topic_of(request)
-        await check_namespace(self.ctx.store, topic.namespace_name)
-        if await self._partitions(topic):
-            raise RestError(405, "Skip messages on a partitioned topic is not allowed")
-        served = await self._served_topic(request, topic)
+        served = await self._single_topic(
+            request, "Skip messages on a partitioned topic is not allowed"
+        )
         subscription = await self._subscription(served, request.match_info["subscription"])
         await subscription.skip(count)
         return no_content()
@@ -773,13 +767,9 @@ class PersistentTopics:
         """Expire every message up to a message id (ResetCursorData body; with
         ``isExcluded``, the ones before it): the subscription is acknowledged up to there."""
         message_id = parse_message_id(await read_json(request))
-        topic = topic_of(request)
-        await check_namespace(self.ctx.store, topic.namespace_name)
-        if await self._partitions(topic):
-            raise RestError(
-                405, "Expire message at position is not supported for partitioned-topic"
-            )
-        served = await self._served_topic(request, topic)
+        served = await self._single_topic(
+            request, "Expire message at position is not supported for partitioned-topic"
+        )
         subscription = await self._subscription(served, request.match_info["subscription"])
         chain = served.ml.chain
         last: Position | None = chain.last_confirmed()
@@ -829,11 +819,9 @@ class PersistentTopics:
 
     async def reset_by_id(self, request: web.Request) -> web.Response:
         message_id = parse_message_id(await read_json(request))
-        topic = topic_of(request)
-        await check_namespace(self.ctx.store, topic.namespace_name)
-        if await self._partitions(topic):
-            raise RestError(405, "Reset-cursor at position is not allowed for partitioned-topic")
-        served = await self._served_topic(request, topic)
+        served = await self._single_topic(
+            request, "Reset-cursor at position is not allowed for partitioned-topic"
+        )
         subscription = await self._subscription(served, request.match_info["subscription"])
         chain = served.ml.chain
         position = target_position(message_id, chain.first_position(), chain.write_position())
@@ -852,7 +840,9 @@ class PersistentTopics:
         nth = query_int(request, "messagePosition", 1)
         if nth < 1:
             raise precondition_failed("the message position must be 1 or more")
-        served = await self._single_topic(request, "Examine messages")
+        served = await self._single_topic(
+            request, "Examine messages on a partitioned topic is not allowed"
+        )
         chain = served.ml.chain
         total = chain.entries
         if total == 0:
@@ -864,7 +854,9 @@ class PersistentTopics:
         """Pulsar's get-message-by-id: the entry at ``{ledgerId}:{entryId}``."""
         ledger_id = path_int(request, "ledger", "the ledger id")
         entry_id = path_int(request, "entry", "the entry id")
-        served = await self._single_topic(request, "Get message by id")
+        served = await self._single_topic(
+            request, "Get message by id on a partitioned topic is not allowed"
+        )
         position = None
         if (
             ledger_id >= 0
@@ -874,12 +866,13 @@ class PersistentTopics:
             position = Position(ledger_id, entry_id)
         return await self._entry_response(served, position)
 
-    async def _single_topic(self, request: web.Request, what: str) -> PersistentTopic:
-        """The served non-partitioned topic of the path (405 for a partitioned one)."""
+    async def _single_topic(self, request: web.Request, refusal: str) -> PersistentTopic:
+        """The served non-partitioned topic of the path; 405 with ``refusal`` for a
+        partitioned one (an operation Pulsar does on one topic only)."""
         topic = topic_of(request)
         await check_namespace(self.ctx.store, topic.namespace_name)
         if await self._partitions(topic):
-            raise RestError(405, f"{what} on a partitioned topic is not allowed")
+            raise RestError(405, refusal)
         return await self._served_topic(request, topic)
 
     async def _entry_response(
@@ -896,11 +889,9 @@ class PersistentTopics:
         nth = path_int(request, "position", "the message position")
         if nth < 1:
             raise precondition_failed("the message position must be 1 or more")
-        topic = topic_of(request)
-        await check_namespace(self.ctx.store, topic.namespace_name)
-        if await self._partitions(topic):
-            raise RestError(405, "Peek messages on a partitioned topic is not allowed")
-        served = await self._served_topic(request, topic)
+        served = await self._single_topic(
+            request, "Peek messages on a partitioned topic is not allowed"
+        )
         subscription = await self._subscription(served, request.match_info["subscription"])
         return await self._entry_response(served, nth_unacknowledged(subscription, nth))
 
