@@ -15,6 +15,7 @@ from stripemq.bookie.client import BookKeeper
 from stripemq.broker.admin.rest import AdminContext
 from stripemq.broker.config import BrokerConfig
 from stripemq.broker.policies import BacklogQuota, BacklogQuotaPolicy, DispatchRate, PublishRate
+from stripemq.broker.schema import CompatibilityStrategy
 from stripemq.broker.security import BrokerSecurity
 from stripemq.broker.server import BrokerServer
 from stripemq.broker.service import BrokerService, TopicPolicies
@@ -79,6 +80,11 @@ def topic_policies(config: BrokerConfig) -> TopicPolicies:
         subscription_expiry_check_interval_s=(
             config.subscription_expiry_check_interval_in_minutes * 60
         ),
+        schema_compatibility_strategy=CompatibilityStrategy.parse(
+            config.schema_compatibility_strategy
+        ),
+        allow_auto_update_schema=config.is_allow_auto_update_schema_enabled,
+        schema_validation_enforced=config.is_schema_validation_enforced,
     )
 
 

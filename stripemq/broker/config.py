@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from stripemq.bookie.client.config import ClientConfig
 from stripemq.broker.delayed_delivery import DEFAULT_TICK_MS
 from stripemq.broker.policies import BacklogQuotaPolicy
+from stripemq.broker.schema.types import CompatibilityStrategy
 from stripemq.config import setting
 from stripemq.errors import ConfigError
 from stripemq.managed_ledger.config import ManagedLedgerConfig
@@ -20,6 +21,10 @@ MiB = 1024 * 1024
 DELIVERY_ROOM = 1024
 # Pulsar's backlog quota retention policies, as the setting names them.
 BACKLOG_QUOTA_POLICIES = tuple(policy.value for policy in BacklogQuotaPolicy)
+# The strategies a broker may default to (UNDEFINED is a namespace's "not set").
+SCHEMA_STRATEGIES = tuple(
+    s.value for s in CompatibilityStrategy if s is not CompatibilityStrategy.UNDEFINED
+)
 
 
 @dataclass(frozen=True)
@@ -112,6 +117,24 @@ class BrokerConfig:
         False,
         "Acknowledge a resent message (producer name + old sequence id) without storing it twice.",
         pulsar_name="brokerDeduplicationEnabled",
+    )
+    schema_compatibility_strategy: str = setting(
+        "FULL",
+        "How a topic's new schema must agree with its earlier ones, where the namespace sets "
+        "no schemaCompatibilityStrategy: " + ", ".join(SCHEMA_STRATEGIES) + ".",
+        pulsar_name="schemaCompatibilityStrategy",
+    )
+    is_allow_auto_update_schema_enabled: bool = setting(
+        True,
+        "A producer's new schema that passes the compatibility check is registered; off, only "
+        "schemas already registered are accepted (a namespace's isAllowAutoUpdateSchema wins).",
+        pulsar_name="isAllowAutoUpdateSchemaEnabled",
+    )
+    is_schema_validation_enforced: bool = setting(
+        False,
+        "Refuse producers without a schema on topics that have one (as does a namespace's "
+        "schemaValidationEnforced).",
+        pulsar_name="isSchemaValidationEnforced",
     )
     allow_auto_topic_creation: bool = setting(
         True,
@@ -469,6 +492,10 @@ class BrokerConfig:
                 )
 
     def _validate_policy_defaults(self) -> None:
+        if self.schema_compatibility_strategy.upper() not in SCHEMA_STRATEGIES:
+            raise ConfigError(
+                "schema_compatibility_strategy: one of " + ", ".join(SCHEMA_STRATEGIES)
+            )
         if self.backlog_quota_default_retention_policy not in BACKLOG_QUOTA_POLICIES:
             raise ConfigError(
                 "backlog_quota_default_retention_policy: one of "

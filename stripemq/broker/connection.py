@@ -31,6 +31,7 @@ from google.protobuf.message import Message
 from stripemq.broker import limits
 from stripemq.broker.dedup import DupStatus
 from stripemq.broker.dispatch import ConsumerSlot
+from stripemq.broker.schema import SchemaData, decode_version, encode_version, schema_id
 from stripemq.broker.security import BrokerSecurity
 from stripemq.broker.service import BrokerService
 from stripemq.broker.stats import record_publish
@@ -39,6 +40,7 @@ from stripemq.errors import (
     AuthenticationError,
     AuthorizationError,
     BrokerError,
+    IncompatibleSchemaError,
     ManagedLedgerError,
     StripeMQError,
     server_error_of,
@@ -100,6 +102,19 @@ DEFAULT_MAX_PENDING_PUBLISHES = 1000
 # nothing more until that drains (Pulsar skips consumers whose channel is not writable):
 # a client that asks for messages and never reads them cannot grow the broker's memory.
 MAX_UNSENT_BYTES = 1024 * 1024
+
+
+def _schema_of(
+    body: pb.CommandProducer | pb.CommandSubscribe | pb.CommandGetOrCreateSchema,
+) -> SchemaData | None:
+    """The schema a command carries (``None``: bytes). Raises ``IncompatibleSchemaError``
+    for a type number Pulsar does not define."""
+    if not body.HasField("schema"):
+        return None
+    try:
+        return SchemaData.from_proto(body.schema)
+    except ValueError as exc:
+        raise IncompatibleSchemaError(str(exc)) from None
 
 
 def generate_producer_name() -> str:
@@ -179,6 +194,8 @@ class ServerConnection:
             pb.BaseCommand.CLOSE_CONSUMER: self._on_close_consumer,
             pb.BaseCommand.UNSUBSCRIBE: self._on_unsubscribe,
             pb.BaseCommand.SEEK: self._on_seek,
+            pb.BaseCommand.GET_SCHEMA: self._on_get_schema,
+            pb.BaseCommand.GET_OR_CREATE_SCHEMA: self._on_get_or_create_schema,
         }
         # The session's CONSUMER_COMMANDS, served with their consumer and body.
         self._consumer_commands: dict[int, Callable[[Any, Any], None]] = {
@@ -500,7 +517,9 @@ class ServerConnection:
             # Created before the producer (a dead-letter topic's), so that nothing it
             # publishes is lost before a consumer first subscribes.
             await topic.subscribe(body.initial_subscription_name, None, InitialPosition.Earliest)
+        version = await topic.add_schema(_schema_of(body))
         producer = Producer(body.producer_id, name, topic, self, body.producer_access_mode)
+        producer.schema_version = version
         producer.stats.describe_client(self.peer, self.session.client_version, body.metadata)
         queued = functools.partial(self._producer_queued, body, name)
         await topic.add_producer(producer, on_queued=queued)
@@ -520,11 +539,12 @@ class ServerConnection:
     def _producer_success(self, body: pb.CommandProducer, producer: Producer) -> None:
         dedup = producer.topic.dedup
         last = dedup.last_sequence_id(producer.name) if dedup is not None else -1
-        self.write(
-            pb.CommandProducerSuccess(
-                request_id=body.request_id, producer_name=producer.name, last_sequence_id=last
-            )
+        success = pb.CommandProducerSuccess(
+            request_id=body.request_id, producer_name=producer.name, last_sequence_id=last
         )
+        if producer.schema_version is not None:
+            success.schema_version = encode_version(producer.schema_version)
+        self.write(success)
 
     @contextlib.contextmanager
     def _reserved(self, kind: HandleKind, handle_id: int) -> Iterator[None]:
@@ -687,6 +707,45 @@ class ServerConnection:
         self.session.close_producer(producer_id)
         self._flush()
 
+    # ------------------------------------------------------------------ schemas
+
+    async def _on_get_schema(self, body: pb.CommandGetSchema) -> None:
+        """The topic's schema, or the version asked for (read from the registry: the topic
+        need not be served here, nor exist)."""
+        name_of_topic = TopicName.parse(body.topic)
+        await self._authorize(Need.LOOKUP, name_of_topic)
+        registry, sid = self.service.schemas, schema_id(name_of_topic)
+        if body.HasField("schema_version"):
+            try:
+                stored = await registry.get(sid, decode_version(body.schema_version))
+            except ValueError as exc:
+                raise IncompatibleSchemaError(f"Invalid schema version: {exc}") from None
+        else:
+            stored = await registry.latest(sid)
+        if stored is None:
+            raise BrokerError(pb.TopicNotFound, f"Topic not found or no-schema {name_of_topic}")
+        self.write(
+            pb.CommandGetSchemaResponse(
+                request_id=body.request_id,
+                schema=stored.schema.to_proto(str(name_of_topic)),
+                schema_version=encode_version(stored.version),
+            )
+        )
+
+    async def _on_get_or_create_schema(self, body: pb.CommandGetOrCreateSchema) -> None:
+        """Register a schema for an existing topic as a producer's would be (a multi-topic
+        producer asks before sending to another topic) and answer its version."""
+        name_of_topic = TopicName.parse(body.topic)
+        await self._authorize(Need.PRODUCE, name_of_topic)
+        topic = await self.service.open_existing(name_of_topic)
+        version = await topic.add_schema(_schema_of(body))
+        self.write(
+            pb.CommandGetOrCreateSchemaResponse(
+                request_id=body.request_id,
+                schema_version=encode_version(version) if version is not None else b"",
+            )
+        )
+
     # ------------------------------------------------------------------ consuming
 
     async def _on_subscribe(self, body: pb.CommandSubscribe) -> None:
@@ -700,6 +759,7 @@ class ServerConnection:
         name_of_topic = TopicName.parse(body.topic)
         await self._authorize(Need.CONSUME, name_of_topic)
         topic = await self.service.get_topic(name_of_topic)
+        await topic.add_consumer_schema(_schema_of(body))
         initial = InitialPosition(body.initialPosition)
         meta = body.keySharedMeta if body.HasField("keySharedMeta") else None
         sticky = meta is not None and meta.keySharedMode == pb.STICKY

@@ -36,6 +36,7 @@ from stripemq.broker.policies import (
     TopicType,
 )
 from stripemq.broker.rate_limiter import Rate
+from stripemq.broker.schema.types import CompatibilityStrategy
 from stripemq.errors import MetadataError
 from stripemq.metadata import EventType, MetadataStore, WatchEvent, WatchHandle
 from stripemq.retry import Backoff
@@ -82,6 +83,15 @@ class BrokerDefaults(Protocol):
     @property
     def subscription_dispatch_rate(self) -> DispatchRate: ...
 
+    @property
+    def schema_compatibility_strategy(self) -> CompatibilityStrategy: ...
+
+    @property
+    def allow_auto_update_schema(self) -> bool: ...
+
+    @property
+    def schema_validation_enforced(self) -> bool: ...
+
 
 def _unlimited_quotas() -> dict[BacklogQuotaType, BacklogQuota]:
     return {kind: UNLIMITED_QUOTA for kind in BacklogQuotaType}
@@ -108,6 +118,9 @@ class EffectivePolicies:
     auto_topic_creation: AutoTopicCreationOverride = field(
         default_factory=AutoTopicCreationOverride
     )
+    schema_compatibility_strategy: CompatibilityStrategy = CompatibilityStrategy.FULL
+    allow_auto_update_schema: bool = True
+    schema_validation_enforced: bool = False
 
     def backlog_quota(self, kind: BacklogQuotaType) -> BacklogQuota:
         return self.backlog_quotas.get(kind, UNLIMITED_QUOTA)
@@ -158,6 +171,21 @@ def resolve(policies: Policies, defaults: BrokerDefaults, cluster: str) -> Effec
             cluster, defaults.subscription_dispatch_rate
         ),
         auto_topic_creation=auto,
+        schema_compatibility_strategy=(
+            policies.schema_compatibility_strategy
+            if policies.schema_compatibility_strategy is not CompatibilityStrategy.UNDEFINED
+            else defaults.schema_compatibility_strategy
+        ),
+        allow_auto_update_schema=(
+            policies.is_allow_auto_update_schema
+            if policies.is_allow_auto_update_schema is not None
+            else defaults.allow_auto_update_schema
+        ),
+        # Either refuses (Pulsar's isSchemaValidationEnforced: the broker's or the
+        # namespace's).
+        schema_validation_enforced=(
+            policies.schema_validation_enforced or defaults.schema_validation_enforced
+        ),
     )
 
 

@@ -21,6 +21,7 @@ from urllib.parse import unquote
 from stripemq.broker.ownership import DEFAULT_BUNDLES, OWNERSHIP_ROOT
 from stripemq.broker.partitions import ROOT as PARTITIONED_TOPICS
 from stripemq.broker.policies import InvalidPolicyError, Policies
+from stripemq.broker.schema.registry import namespace_schemas_path
 from stripemq.errors import NotEmptyError, NotFoundError, StripeMQError
 from stripemq.managed_ledger.ledger_list import child_name, managed_ledger_path
 from stripemq.metadata import ANY_VERSION, DeleteOp, MetadataStore, Op
@@ -317,6 +318,8 @@ async def delete_namespace(store: MetadataStore, namespace: str) -> None:
             raise NamespaceNotFoundError("Namespace does not exist") from None
         raise
     await _delete_if_empty(store, f"{OWNERSHIP_ROOT}/{namespace}")
+    # Schemas outlive their topics only by being uploaded for topics never made.
+    await store.delete_recursive(namespace_schemas_path(namespace))
     log.info("deleted namespace %s", namespace)
 
 

@@ -4,7 +4,9 @@ A namespace's policies are one JSON document at ``/stripemq/policies/<tenant>/<n
 written by the admin API and watched by every broker. The document uses Pulsar's field
 names (``retention_policies``, ``message_ttl_in_seconds``, ``backlog_quota_map``,
 ``deduplicationEnabled``, ``publishMaxMessageRate``, ``clusterDispatchRate``,
-``subscriptionDispatchRate``, ``autoTopicCreationOverride``, ``bundles``), so what
+``subscriptionDispatchRate``, ``autoTopicCreationOverride``, ``bundles``,
+``schema_compatibility_strategy``, ``is_allow_auto_update_schema``,
+``schema_validation_enforced``), so what
 ``GET /admin/v2/namespaces/{tenant}/{ns}`` answers is the stored document. Rates are kept
 per cluster, as Pulsar keeps them; a broker applies its own cluster's.
 
@@ -25,6 +27,7 @@ from typing import Any
 
 from stripemq.broker.ownership import DEFAULT_BUNDLES, FULL_RANGE
 from stripemq.broker.partitions import MAX_PARTITIONS
+from stripemq.broker.schema.types import CompatibilityStrategy
 from stripemq.errors import StripeMQError
 
 MAX_BUNDLES = 1024
@@ -308,6 +311,12 @@ class Policies:
     dispatch_rates: Mapping[str, DispatchRate] = field(default_factory=dict)  # by cluster
     subscription_dispatch_rates: Mapping[str, DispatchRate] = field(default_factory=dict)
     auto_topic_creation: AutoTopicCreationOverride | None = None
+    # Schemas: how a new one must agree with the earlier ones (UNDEFINED: the broker's
+    # strategy), whether producers may register new ones (None: the broker's setting), and
+    # whether producers without a schema are refused on topics that have one.
+    schema_compatibility_strategy: CompatibilityStrategy = CompatibilityStrategy.UNDEFINED
+    is_allow_auto_update_schema: bool | None = None
+    schema_validation_enforced: bool = False
     # Pulsar's auth_policies.namespace_auth: the actions (produce, consume...) granted to
     # each role on the namespace.
     namespace_auth: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -340,6 +349,9 @@ class Policies:
                 "destination_auth": {},
                 "subscription_auth_roles": {},
             },
+            "schema_compatibility_strategy": self.schema_compatibility_strategy.value,
+            "is_allow_auto_update_schema": self.is_allow_auto_update_schema,
+            "schema_validation_enforced": self.schema_validation_enforced,
             "deleted": False,
         }
 
@@ -360,7 +372,23 @@ class Policies:
         dedup = doc.get("deduplicationEnabled")
         auto = doc.get("autoTopicCreationOverride")
         auth = _map(_map(doc, "auth_policies"), "namespace_auth")
+        strategy = doc.get("schema_compatibility_strategy")
+        auto_update = doc.get("is_allow_auto_update_schema")
+        enforced = doc.get("schema_validation_enforced")
         return cls(
+            schema_compatibility_strategy=(
+                parse_schema_strategy(strategy)
+                if strategy is not None
+                else CompatibilityStrategy.UNDEFINED
+            ),
+            is_allow_auto_update_schema=(
+                parse_bool(auto_update, "isAllowAutoUpdateSchema")
+                if auto_update is not None
+                else None
+            ),
+            schema_validation_enforced=(
+                parse_bool(enforced, "schemaValidationEnforced") if enforced is not None else False
+            ),
             bundles=bundles,
             replication_clusters=_names(doc.get("replication_clusters"), "replication_clusters"),
             retention=RetentionPolicies.parse(retention) if retention is not None else None,
@@ -393,6 +421,14 @@ class Policies:
                 role: _names(actions, f"namespace_auth.{role}") for role, actions in auth.items()
             },
         )
+
+
+def parse_schema_strategy(body: object) -> CompatibilityStrategy:
+    """A ``SchemaCompatibilityStrategy`` name (any case), as pulsar-admin sends it."""
+    try:
+        return CompatibilityStrategy.parse(body)
+    except ValueError as exc:
+        raise InvalidPolicyError(str(exc)) from None
 
 
 def _map(doc: Mapping[str, Any], key: str) -> Mapping[str, Any]:

@@ -28,6 +28,7 @@ from stripemq.broker.partitions import (
 )
 from stripemq.broker.policies import BacklogQuota, DispatchRate, Policies, PublishRate
 from stripemq.broker.policy_tasks import PolicyChecks
+from stripemq.broker.schema import CompatibilityStrategy, SchemaRegistry, schema_id
 from stripemq.broker.topic import PersistentTopic, TopicLifecycle
 from stripemq.errors import BrokerError, StripeMQError
 from stripemq.managed_ledger.config import ManagedLedgerConfig
@@ -61,6 +62,9 @@ class TopicPolicies:
     publish_rate: PublishRate = field(default_factory=PublishRate)
     dispatch_rate: DispatchRate = field(default_factory=DispatchRate)
     subscription_dispatch_rate: DispatchRate = field(default_factory=DispatchRate)
+    schema_compatibility_strategy: CompatibilityStrategy = CompatibilityStrategy.FULL
+    allow_auto_update_schema: bool = True
+    schema_validation_enforced: bool = False
     # How often the TTL, backlog-quota and subscription-expiry checks run (0: never).
     message_expiry_check_interval_s: float = 300.0
     backlog_quota_check_interval_s: float = 60.0
@@ -88,6 +92,7 @@ class BrokerService:
         self.ownership = Ownership(store, me)
         self.policies = policies or TopicPolicies()
         self.factory = ManagedLedgerFactory(store, bk, ml_config)
+        self.schemas = SchemaRegistry(store)
         self.topics: dict[str, PersistentTopic] = {}
         self._opening: dict[str, asyncio.Future[PersistentTopic]] = {}
         self._unloading: set[Bundle] = set()
@@ -263,7 +268,9 @@ class BrokerService:
     async def _open(self, topic_name: TopicName) -> PersistentTopic:
         await self._check_may_open(topic_name)
         ml = await self.factory.open(topic_name.managed_ledger_name)
-        topic = PersistentTopic(topic_name, ml, self.policies.delayed_delivery)
+        topic = PersistentTopic(
+            topic_name, ml, self.policies.delayed_delivery, schemas=self.schemas
+        )
         # Its namespace's policies (retention, rates, deduplication...), kept up to date by
         # the cache's watch from now on.
         namespace = topic_name.namespace_name
@@ -317,6 +324,9 @@ class BrokerService:
         if self.topics.get(str(topic_name)) is topic:
             del self.topics[str(topic_name)]
         self._retain_policy_watches()
+        if topic_name.partition_index < 0:
+            # Its schemas go with it (a partition's are its partitioned topic's).
+            await self.schemas.delete_all(schema_id(topic_name))
 
     async def unload_topic(self, topic_name: TopicName) -> None:
         """Close one topic (Pulsar's topic unload): its clients are disconnected and

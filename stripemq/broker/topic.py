@@ -45,6 +45,7 @@ from stripemq.broker.rate_limiter import (
     limiter_for,
     longest_delay,
 )
+from stripemq.broker.schema import SchemaData, SchemaRegistry, schema_id
 from stripemq.broker.stats import (
     ConsumerCounters,
     ProducerCounters,
@@ -56,6 +57,7 @@ from stripemq.errors import (
     BrokerError,
     ConsumerAssignError,
     CursorNotFoundError,
+    IncompatibleSchemaError,
     ManagedLedgerClosedError,
     ManagedLedgerFencedError,
     StripeMQError,
@@ -129,6 +131,7 @@ class Producer:
     sink: MessageSink | None = None
     access_mode: int = pb.Shared
     stats: ProducerCounters = field(default_factory=ProducerCounters)
+    schema_version: int | None = None  # the version of its schema (None: it sends bytes)
 
 
 @dataclass
@@ -784,8 +787,11 @@ class PersistentTopic:
         topic_name: TopicName,
         ml: ManagedLedger,
         delayed_delivery: DelayedDeliveryConfig | None = None,
+        *,
+        schemas: SchemaRegistry | None = None,
     ) -> None:
         self.topic_name = topic_name
+        self.schemas = schemas  # None: no registry (a topic made by a unit test)
         self.name = str(topic_name)
         self.ml = ml
         self.delayed_delivery = delayed_delivery or DelayedDeliveryConfig()
@@ -902,6 +908,57 @@ class PersistentTopic:
             self.producers.remove(other)
             self._producers_changed.notify_all()
             return
+
+    # ------------------------------------------------------------------ schemas
+
+    def _registry(self) -> SchemaRegistry:
+        if self.schemas is None:
+            raise BrokerError(pb.NotAllowedError, f"{self.name} keeps no schemas")
+        return self.schemas
+
+    async def add_schema(self, schema: SchemaData | None) -> int | None:
+        """The schema version a producer with ``schema`` writes, registered if it is new
+        and may be (Pulsar's ``addSchema``); ``None`` for a producer of bytes.
+
+        Raises ``IncompatibleSchemaError`` when the schema is refused: it does not agree
+        with the topic's (``schema_compatibility_strategy``), it is new and producers may
+        not register schemas here, or there is none and the topic enforces one."""
+        registry, policies = self._registry(), self.policies
+        sid = schema_id(self.topic_name)
+        if schema is None or schema.type.carries_no_schema:
+            if policies.schema_validation_enforced and await registry.latest(sid) is not None:
+                raise IncompatibleSchemaError(
+                    "Producers cannot connect or send message without a schema to topics "
+                    "with a schema when SchemaValidationEnforced is enabled"
+                )
+            return None
+        if policies.allow_auto_update_schema:
+            return await registry.put_if_absent(sid, schema, policies.schema_compatibility_strategy)
+        version = await registry.find(sid, schema)
+        if version is None:
+            raise IncompatibleSchemaError("Schema not found and schema auto updating is disabled.")
+        return version
+
+    async def add_consumer_schema(self, schema: SchemaData | None) -> None:
+        """Admit a consumer reading with ``schema`` (Pulsar's
+        ``addSchemaIfIdleOrCheckCompatible``): on an idle topic without a schema (no
+        producer, consumer or message) it is registered as a producer's would be;
+        otherwise it must read the topic's schema. A consumer of bytes is always admitted.
+
+        Raises ``IncompatibleSchemaError``."""
+        if schema is None or schema.type.carries_no_schema:
+            return
+        registry = self._registry()
+        sid = schema_id(self.topic_name)
+        idle = (
+            not self.producers
+            and not any(s.consumers for s in self.subscriptions.values())
+            and self.ml.chain.entries == 0
+        )
+        if idle and await registry.latest(sid) is None:
+            await self.add_schema(schema)
+            return
+        await registry.check_reader(sid, schema, self.policies.schema_compatibility_strategy)
 
     async def remove_producer(self, producer: Producer) -> None:
         async with self._producers_changed:

@@ -71,6 +71,8 @@ REQUESTS = frozenset(
         pb.BaseCommand.CLOSE_CONSUMER,
         pb.BaseCommand.UNSUBSCRIBE,
         pb.BaseCommand.SEEK,
+        pb.BaseCommand.GET_SCHEMA,
+        pb.BaseCommand.GET_OR_CREATE_SCHEMA,
     }
 )
 # Commands routed to a consumer of the connection as they arrive.
@@ -386,8 +388,8 @@ class ServerSession(Session[ServerEvent], Generic[P, C]):
     # ------------------------------------------------------------------ answering
 
     def refuse(self, kind: int, request_id: int, code: pb.ServerError, message: str) -> None:
-        """Answer a refused request: lookups with their own failed responses (clients wait
-        for those), everything else with ERROR."""
+        """Answer a refused request: lookups and schema requests with their own failed
+        responses (clients wait for those), everything else with ERROR."""
         if kind == pb.BaseCommand.LOOKUP:
             self._write(
                 pb.CommandLookupTopicResponse(
@@ -404,6 +406,18 @@ class ServerSession(Session[ServerEvent], Generic[P, C]):
                     response=pb.CommandPartitionedTopicMetadataResponse.Failed,
                     error=code,
                     message=message,
+                )
+            )
+        elif kind == pb.BaseCommand.GET_SCHEMA:
+            self._write(
+                pb.CommandGetSchemaResponse(
+                    request_id=request_id, error_code=code, error_message=message
+                )
+            )
+        elif kind == pb.BaseCommand.GET_OR_CREATE_SCHEMA:
+            self._write(
+                pb.CommandGetOrCreateSchemaResponse(
+                    request_id=request_id, error_code=code, error_message=message
                 )
             )
         else:

@@ -148,16 +148,16 @@ def test_ping_is_answered_and_pong_taken() -> None:
 
 def test_unsupported_commands_with_a_request_id_are_refused() -> None:
     session = connected()
-    schema = pb.CommandGetSchema(topic="t", request_id=5)
+    stats = pb.CommandConsumerStats(request_id=5, consumer_id=1)
     auth = pb.CommandAuthResponse()  # no request id: nothing to answer
-    assert receive(session, schema, auth) == [
-        UnsupportedCommand(pb.BaseCommand.GET_SCHEMA, 5),
+    assert receive(session, stats, auth) == [
+        UnsupportedCommand(pb.BaseCommand.CONSUMER_STATS, 5),
         UnsupportedCommand(pb.BaseCommand.AUTH_RESPONSE, None),
     ]
     assert written(session) == [
         base_command(
             pb.CommandError(
-                request_id=5, error=pb.NotAllowedError, message="GET_SCHEMA is not supported"
+                request_id=5, error=pb.NotAllowedError, message="CONSUMER_STATS is not supported"
             )
         )
     ]
@@ -337,11 +337,13 @@ def test_a_closed_session_drops_what_arrives() -> None:
 # ---------------------------------------------------------------------------- answers
 
 
-def test_refusals_of_lookups_use_their_response_types() -> None:
+def test_refusals_of_lookups_and_schema_requests_use_their_response_types() -> None:
     session = connected()
     session.refuse(pb.BaseCommand.LOOKUP, 1, pb.ServiceNotReady, "a")
     session.refuse(pb.BaseCommand.PARTITIONED_METADATA, 2, pb.TopicNotFound, "b")
     session.refuse(pb.BaseCommand.SUBSCRIBE, 3, pb.ConsumerBusy, "c")
+    session.refuse(pb.BaseCommand.GET_SCHEMA, 4, pb.TopicNotFound, "d")
+    session.refuse(pb.BaseCommand.GET_OR_CREATE_SCHEMA, 5, pb.IncompatibleSchema, "e")
     assert written(session) == [
         base_command(
             pb.CommandLookupTopicResponse(
@@ -360,6 +362,16 @@ def test_refusals_of_lookups_use_their_response_types() -> None:
             )
         ),
         base_command(pb.CommandError(request_id=3, error=pb.ConsumerBusy, message="c")),
+        base_command(
+            pb.CommandGetSchemaResponse(
+                request_id=4, error_code=pb.TopicNotFound, error_message="d"
+            )
+        ),
+        base_command(
+            pb.CommandGetOrCreateSchemaResponse(
+                request_id=5, error_code=pb.IncompatibleSchema, error_message="e"
+            )
+        ),
     ]
 
 

@@ -96,6 +96,7 @@ from stripemq.broker.partitions import (
     update_partition_count,
 )
 from stripemq.broker.policies import MAX_INT, parse_int
+from stripemq.broker.schema import schema_id
 from stripemq.broker.service import BrokerService
 from stripemq.broker.stats import internal_stats, partitioned_stats, topic_stats
 from stripemq.broker.topic import PersistentTopic, Subscription
@@ -560,6 +561,7 @@ class PersistentTopics:
             await store.delete(partitions_path(topic))
         except NotFoundError:
             pass
+        await self.ctx.service.schemas.delete_all(schema_id(topic))  # they go with it
         return no_content()
 
     # ------------------------------------------------------------------ stats
