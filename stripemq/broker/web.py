@@ -20,7 +20,15 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from prometheus_client.registry import Collector
 
-from stripemq.broker.admin import brokers, clusters, lookup, namespaces, persistent, tenants
+from stripemq.broker.admin import (
+    brokers,
+    clusters,
+    lookup,
+    namespaces,
+    persistent,
+    schemas,
+    tenants,
+)
 from stripemq.broker.admin.access import access_middleware
 from stripemq.broker.admin.rest import (
     AdminContext,
@@ -58,7 +66,7 @@ def build_app(ctx: AdminContext, extra_collectors: Iterable[Collector] = ()) -> 
         middlewares.append(access_middleware(ctx.security))
     middlewares.append(trailing_slash_middleware)
     app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
-    for module in (clusters, tenants, namespaces, persistent, brokers, lookup):
+    for module in (clusters, tenants, namespaces, persistent, schemas, brokers, lookup):
         module.add_routes(app.router, ctx)
     add_metrics_routes(app.router, ctx, list(extra_collectors))
     return app

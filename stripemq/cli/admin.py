@@ -1,5 +1,5 @@
 """``stripemq admin``: pulsar-admin's command tree and flags over a broker's ``/admin/v2``
-REST API (``clusters``, ``tenants``, ``namespaces``, ``topics``, ``brokers``).
+REST API (``clusters``, ``tenants``, ``namespaces``, ``topics``, ``brokers``, ``schemas``).
 
 A thin client: each command turns its arguments into one or a few requests
 (``stripemq.cli.admin_http``) and prints the answer as pulsar-admin does
@@ -16,6 +16,7 @@ starts fast; output goes to stdout (a command-line tool, not library code).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -60,6 +61,18 @@ BACKLOG_QUOTA_POLICIES = (
     "consumer_backlog_eviction",
 )
 TOPIC_TYPES = ("partitioned", "non-partitioned")
+# Pulsar's SchemaCompatibilityStrategy names (UNDEFINED: the broker's strategy applies).
+SCHEMA_STRATEGIES = (
+    "UNDEFINED",
+    "ALWAYS_INCOMPATIBLE",
+    "ALWAYS_COMPATIBLE",
+    "BACKWARD",
+    "FORWARD",
+    "FULL",
+    "BACKWARD_TRANSITIVE",
+    "FORWARD_TRANSITIVE",
+    "FULL_TRANSITIVE",
+)
 
 NOTHING = object()  # a command that prints nothing when it succeeds (every write)
 
@@ -367,6 +380,56 @@ def _add_namespaces(commands: Any) -> None:
     )
     _enable_disable(dedup, "deduplication")
     _policy_get_remove(commands, "deduplication", "deduplication", "deduplication")
+
+    strategy = _namespace_command(
+        commands,
+        "set-schema-compatibility-strategy",
+        "Set the schema compatibility strategy of a namespace",
+        _ns_set_schema_strategy,
+    )
+    strategy.add_argument(
+        "-c",
+        "--compatibility",
+        required=True,
+        help="strategy: " + ", ".join(SCHEMA_STRATEGIES),
+    )
+    _namespace_command(
+        commands,
+        "get-schema-compatibility-strategy",
+        "Get the schema compatibility strategy of a namespace",
+        _ns_get_policy,
+    ).set_defaults(endpoint="schemaCompatibilityStrategy")
+    auto_update = _namespace_command(
+        commands,
+        "set-is-allow-auto-update-schema",
+        "Allow or forbid producers to register new schemas in a namespace",
+        _ns_set_flag,
+    )
+    auto_update.set_defaults(endpoint="isAllowAutoUpdateSchema")
+    _enable_disable(auto_update, "schema auto-update")
+    _namespace_command(
+        commands,
+        "get-is-allow-auto-update-schema",
+        "Get whether producers may register new schemas in a namespace",
+        _ns_get_policy,
+    ).set_defaults(endpoint="isAllowAutoUpdateSchema")
+    enforce = _namespace_command(
+        commands,
+        "set-schema-validation-enforce",
+        "Refuse (or not) producers without a schema on topics that have one",
+        _ns_set_flag,
+    )
+    enforce.set_defaults(endpoint="schemaValidationEnforced")
+    _enable_disable(enforce, "schema validation enforcement")
+    get_enforce = _namespace_command(
+        commands,
+        "get-schema-validation-enforce",
+        "Get whether producers without a schema are refused on topics that have one",
+        _ns_get_schema_validation_enforce,
+    )
+    get_enforce.add_argument(
+        "-ap", "--applied", action="store_true", help="what applies (the broker's setting too)"
+    )
 
     publish = _namespace_command(
         commands,
@@ -781,12 +844,37 @@ def _add_brokers(commands: Any) -> None:
     delete.add_argument("-c", "--config", required=True, help="the setting's name")
 
 
+def _add_schemas(commands: Any) -> None:
+    get = _topic_command(commands, "get", "Get the schema of a topic", _schemas_get)
+    get.add_argument("-v", "--version", type=int, help="the schema version to get")
+    get.add_argument("-a", "--all-version", action="store_true", help="every version of the schema")
+    upload = _topic_command(commands, "upload", "Upload a schema for a topic", _schemas_upload)
+    upload.add_argument(
+        "-f",
+        "--filename",
+        required=True,
+        help='a JSON file: {"type": "AVRO", "schema": "<definition>", "properties": {}}',
+    )
+    delete = _topic_command(commands, "delete", "Delete the schema of a topic", _schemas_delete)
+    delete.add_argument(
+        "-f", "--force", action="store_true", help="delete every version (numbering restarts)"
+    )
+    compatibility = _topic_command(
+        commands,
+        "compatibility",
+        "Test whether a schema is compatible with a topic's",
+        _schemas_compatibility,
+    )
+    compatibility.add_argument("-f", "--filename", required=True, help="a JSON file, as for upload")
+
+
 GROUPS: dict[str, tuple[str, Callable[[Any], None]]] = {
     "clusters": ("Operations about clusters", _add_clusters),
     "tenants": ("Operations about tenants", _add_tenants),
     "namespaces": ("Operations about namespaces", _add_namespaces),
     "topics": ("Operations on persistent topics", _add_topics),
     "brokers": ("Operations about brokers", _add_brokers),
+    "schemas": ("Operations about schemas", _add_schemas),
 }
 
 
@@ -892,6 +980,70 @@ def _tenants_update(args: argparse.Namespace, client: AdminClient) -> Any:
 def _tenants_delete(args: argparse.Namespace, client: AdminClient) -> Any:
     client.delete(_tenant_path(args), query={"force": True} if args.force else None)
     return NOTHING
+
+
+def _schema_path(args: argparse.Namespace) -> str:
+    """A topic's schemas resource (a partition's are its partitioned topic's; the domain
+    does not count)."""
+    topic = _topic(args).partitioned_topic
+    return "/admin/v2/schemas/" + topic.rest_path.removeprefix(f"{topic.domain}/")
+
+
+def _schema_info(args: argparse.Namespace, doc: dict[str, Any]) -> dict[str, Any]:
+    """A ``GetSchemaResponse`` as pulsar-admin prints it (its ``SchemaInfo``)."""
+    info: dict[str, Any] = {"name": _topic(args).partitioned_topic.local_name}
+    data = doc.get("data", "")
+    try:
+        info["schema"] = json.loads(data) if data else ""
+    except ValueError:
+        info["schema"] = data
+    info.update(type=doc.get("type"), timestamp=doc.get("timestamp"))
+    info["properties"] = doc.get("properties") or {}
+    return info
+
+
+def _schemas_get(args: argparse.Namespace, client: AdminClient) -> Any:
+    if args.version is not None and args.all_version:
+        raise ArgumentFormatError(
+            "Only one or neither of --version and --all-version can be specified."
+        )
+    if args.version is not None and args.version < 0:
+        raise ArgumentFormatError(
+            f"Option --version must be greater than 0, but found {args.version}"
+        )
+    path = _schema_path(args)
+    if args.all_version:
+        docs = client.get(f"{path}/schemas").json().get("getSchemaResponses", [])
+        return [{"version": d.get("version"), "schemaInfo": _schema_info(args, d)} for d in docs]
+    if args.version is not None:
+        return _schema_info(args, client.get(f"{path}/schema/{args.version}").json())
+    doc = client.get(f"{path}/schema").json()
+    return {"version": doc.get("version"), "schemaInfo": _schema_info(args, doc)}
+
+
+def _schema_file(filename: str) -> Any:
+    try:
+        with open(filename, encoding="utf-8") as file:
+            return json.load(file)
+    except FileNotFoundError:
+        raise ArgumentFormatError(f"Schema file {filename} is not found.") from None
+    except (OSError, ValueError) as exc:
+        raise ArgumentFormatError(f"Schema file {filename} cannot be read: {exc}") from None
+
+
+def _schemas_upload(args: argparse.Namespace, client: AdminClient) -> Any:
+    client.post(f"{_schema_path(args)}/schema", body=_schema_file(args.filename))
+    return NOTHING
+
+
+def _schemas_delete(args: argparse.Namespace, client: AdminClient) -> Any:
+    client.delete(f"{_schema_path(args)}/schema", query={"force": True} if args.force else None)
+    return NOTHING
+
+
+def _schemas_compatibility(args: argparse.Namespace, client: AdminClient) -> Any:
+    body = _schema_file(args.filename)
+    return client.post(f"{_schema_path(args)}/compatibility", body=body).json()
 
 
 def _ns_path(args: argparse.Namespace) -> str:
@@ -1018,6 +1170,28 @@ def _ns_set_deduplication(args: argparse.Namespace, client: AdminClient) -> Any:
     path = _ns_path(args)
     client.post(f"{path}/deduplication", body=_enabled(args))
     return NOTHING
+
+
+def _ns_set_flag(args: argparse.Namespace, client: AdminClient) -> Any:
+    """``--enable`` / ``--disable`` of a bare-bool policy at ``/<endpoint>``."""
+    client.post(f"{_ns_path(args)}/{args.endpoint}", body=_enabled(args))
+    return NOTHING
+
+
+def _ns_set_schema_strategy(args: argparse.Namespace, client: AdminClient) -> Any:
+    strategy = args.compatibility.strip().upper()
+    if strategy not in SCHEMA_STRATEGIES:
+        raise ArgumentFormatError(
+            f"Illegal schema compatibility strategy {args.compatibility}. Possible values: "
+            f"[{', '.join(SCHEMA_STRATEGIES)}]"
+        )
+    client.put(f"{_ns_path(args)}/schemaCompatibilityStrategy", body=strategy)
+    return NOTHING
+
+
+def _ns_get_schema_validation_enforce(args: argparse.Namespace, client: AdminClient) -> Any:
+    query = {"applied": True} if args.applied else None
+    return client.get(f"{_ns_path(args)}/schemaValidationEnforced", query=query).json()
 
 
 def _ns_set_publish_rate(args: argparse.Namespace, client: AdminClient) -> Any:

@@ -14,6 +14,7 @@ from stripemq.security.authorization import Need
 TENANT = "/admin/v2/tenants/{tenant}"
 NS = "/admin/v2/namespaces/{tenant}/{namespace}"
 TOPIC = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
+SCHEMA = "/admin/v2/schemas/{tenant}/{namespace}/{topic}"
 SUB = TOPIC + "/subscription/{subscription}"
 LOOKUP_TOPIC = "/lookup/v2/topic/persistent/{tenant}/{namespace}/{topic}"
 
@@ -168,6 +169,15 @@ def test_only_metrics_and_probes_are_public() -> None:
         ("GET", TOPIC + "/lastMessageId", Rule(Need.CONSUME, "namespace")),
         ("GET", TOPIC + "/examinemessage", Rule(Need.CONSUME, "namespace")),
         ("GET", TOPIC + "/ledger/{ledger}/entry/{entry}", Rule(Need.CONSUME, "namespace")),
+        # schemas: read with produce or consume, changed by the tenant's admins
+        ("GET", SCHEMA + "/schema", Rule(Need.LOOKUP, "namespace")),
+        ("GET", SCHEMA + "/schema/{version}", Rule(Need.LOOKUP, "namespace")),
+        ("GET", SCHEMA + "/schemas", Rule(Need.LOOKUP, "namespace")),
+        ("POST", SCHEMA + "/version", Rule(Need.LOOKUP, "namespace")),
+        ("POST", SCHEMA + "/schema", Rule(Need.TENANT_ADMIN, "namespace")),
+        ("DELETE", SCHEMA + "/schema", Rule(Need.TENANT_ADMIN, "namespace")),
+        ("POST", SCHEMA + "/compatibility", Rule(Need.TENANT_ADMIN, "namespace")),
+        ("PUT", NS + "/schemaCompatibilityStrategy", Rule(Need.TENANT_ADMIN, "namespace")),
         # clusters and brokers
         ("GET", "/admin/v2/clusters", Rule(Need.AUTHENTICATED)),
         ("GET", "/admin/v2/clusters/{cluster}", Rule(Need.AUTHENTICATED)),

@@ -42,6 +42,7 @@ def run(broker: FakeBroker, *argv: str) -> int:
 NS = "/admin/v2/namespaces/acme/billing"
 TOPIC = "/admin/v2/persistent/acme/billing/orders"
 SUB = f"{TOPIC}/subscription/audit"
+SCHEMAS = "/admin/v2/schemas/acme/billing/orders"
 ANY = object()
 
 # (argv, method, path, query, body) for commands that send one request.
@@ -713,6 +714,55 @@ COMMANDS: list[tuple[list[str], str, str, dict[str, str], Any]] = [
         {},
         None,
     ),
+    (
+        ["namespaces", "set-schema-compatibility-strategy", "acme/billing", "-c", "backward"],
+        "PUT",
+        f"{NS}/schemaCompatibilityStrategy",
+        {},
+        "BACKWARD",
+    ),
+    (
+        ["namespaces", "get-schema-compatibility-strategy", "acme/billing"],
+        "GET",
+        f"{NS}/schemaCompatibilityStrategy",
+        {},
+        None,
+    ),
+    (
+        ["namespaces", "set-is-allow-auto-update-schema", "acme/billing", "--disable"],
+        "POST",
+        f"{NS}/isAllowAutoUpdateSchema",
+        {},
+        False,
+    ),
+    (
+        ["namespaces", "get-is-allow-auto-update-schema", "acme/billing"],
+        "GET",
+        f"{NS}/isAllowAutoUpdateSchema",
+        {},
+        None,
+    ),
+    (
+        ["namespaces", "set-schema-validation-enforce", "acme/billing", "-e"],
+        "POST",
+        f"{NS}/schemaValidationEnforced",
+        {},
+        True,
+    ),
+    (
+        ["namespaces", "get-schema-validation-enforce", "acme/billing", "-ap"],
+        "GET",
+        f"{NS}/schemaValidationEnforced",
+        {"applied": "true"},
+        None,
+    ),
+    (
+        ["schemas", "delete", "acme/billing/orders-partition-1", "-f"],
+        "DELETE",
+        f"{SCHEMAS}/schema",
+        {"force": "true"},
+        None,
+    ),
 ]
 
 
@@ -1028,6 +1078,11 @@ def test_an_unreachable_broker_fails_with_its_url(capsys: Any) -> None:
         ["topics", "peek-messages", "non-persistent://a/b/c", "-s", "s"],
         ["topics", "skip", "t", "-s", "s", "-n", "-3"],
         ["tenants", "get", "bad name"],
+        ["namespaces", "set-schema-compatibility-strategy", "acme/billing", "-c", "sideways"],
+        ["namespaces", "set-is-allow-auto-update-schema", "acme/billing"],
+        ["schemas", "get", "acme/billing/orders", "-v", "1", "-a"],
+        ["schemas", "get", "acme/billing/orders", "-v", "-1"],
+        ["schemas", "upload", "acme/billing/orders", "-f", "/nonexistent/schema.json"],
     ],
 )
 def test_bad_arguments_are_refused_before_anything_is_sent(
@@ -1130,3 +1185,51 @@ def test_the_stripemq_parser_lists_admin_and_initialize() -> None:
         "zk:h:2181",
         "http://h",
     )
+
+
+GET_SCHEMA = {
+    "version": 2,
+    "type": "AVRO",
+    "timestamp": 1700000000000,
+    "data": '{"type":"record","name":"Order","fields":[]}',
+    "properties": {"owner": "shop"},
+}
+
+
+def test_schemas_get_prints_the_schema_info_with_its_version(
+    broker: FakeBroker, capsys: Any
+) -> None:
+    broker.on("GET", f"{SCHEMAS}/schema", answer_json(GET_SCHEMA))
+    assert run(broker, "schemas", "get", "persistent://acme/billing/orders") == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "version": 2,
+        "schemaInfo": {
+            "name": "orders",
+            "schema": {"type": "record", "name": "Order", "fields": []},
+            "type": "AVRO",
+            "timestamp": 1700000000000,
+            "properties": {"owner": "shop"},
+        },
+    }
+    broker.on("GET", f"{SCHEMAS}/schema/2", answer_json(GET_SCHEMA))
+    assert run(broker, "schemas", "get", "acme/billing/orders", "--version", "2") == 0
+    assert json.loads(capsys.readouterr().out)["type"] == "AVRO"
+    broker.on("GET", f"{SCHEMAS}/schemas", answer_json({"getSchemaResponses": [GET_SCHEMA]}))
+    assert run(broker, "schemas", "get", "acme/billing/orders", "-a") == 0
+    assert json.loads(capsys.readouterr().out)["version"] == 2
+
+
+def test_schemas_upload_and_compatibility_send_the_file(
+    broker: FakeBroker, capsys: Any, tmp_path: Any
+) -> None:
+    payload = {"type": "STRING", "schema": "", "properties": {"a": "b"}}
+    path = tmp_path / "schema.json"
+    path.write_text(json.dumps(payload))
+    broker.on("POST", f"{SCHEMAS}/schema", answer_json({"version": {"version": 0}}))
+    assert run(broker, "schemas", "upload", "acme/billing/orders", "-f", str(path)) == 0
+    assert broker.seen[-1].json() == payload
+    assert capsys.readouterr().out == ""
+    verdict = {"compatibility": False, "schemaCompatibilityStrategy": "FULL"}
+    broker.on("POST", f"{SCHEMAS}/compatibility", answer_json(verdict))
+    assert run(broker, "schemas", "compatibility", "acme/billing/orders", "-f", str(path)) == 0
+    assert json.loads(capsys.readouterr().out) == verdict

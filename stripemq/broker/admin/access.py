@@ -9,7 +9,8 @@ and the probes' ``brokers/ready`` and ``brokers/health``) needs ``Authorization:
   clusters and brokers, and for the tenant list and creating, changing, deleting tenants;
 - a tenant, its namespaces and their policies and permissions, creating, deleting,
   unloading and terminating topics: the tenant's admins;
-- lookups, topic lists, partitions and stats: produce or consume on the namespace;
+- lookups, topic lists, partitions and stats, reading schemas: produce or consume on the
+  namespace (uploading, deleting and testing schemas: the tenant's admins);
 - subscriptions (create, delete, skip, expire, reset, peek, clear backlog): consume.
 
 Superusers pass every check; tenant admins every check inside their tenant.
@@ -81,6 +82,10 @@ def rule_for(method: str, resource: str | None, *, metrics_public: bool = True) 
     if resource.startswith("/admin/v2/persistent/{tenant}/{namespace}"):
         rest = resource.removeprefix("/admin/v2/persistent/{tenant}/{namespace}")
         return _topic_rule(method, rest.lstrip("/"))
+    if resource.startswith("/admin/v2/schemas/{tenant}/{namespace}"):
+        if read or resource.endswith("/version"):
+            return Rule(Need.LOOKUP, "namespace")  # Pulsar's GET_METADATA on the topic
+        return Rule(Need.TENANT_ADMIN, "namespace")  # upload, delete, compatibility
     return Rule(Need.SUPERUSER)  # a resource nobody classified: superusers only
 
 

@@ -29,7 +29,10 @@ DELETE: ``retention``, ``messageTTL`` (bare seconds), ``subscriptionExpirationTi
 minutes; 0: never), ``backlogQuota``
 (``?backlogQuotaType=destination_storage|message_age``; ``backlogQuotaMap`` lists them),
 ``deduplication`` (bare bool), ``publishRate``, ``dispatchRate``,
-``subscriptionDispatchRate`` (rates are this broker's cluster's), ``autoTopicCreation``.
+``subscriptionDispatchRate`` (rates are this broker's cluster's), ``autoTopicCreation``;
+for schemas ``schemaCompatibilityStrategy`` (PUT a strategy name; GET answers "UNDEFINED"
+while unset), ``isAllowAutoUpdateSchema`` (bare bool; GET answers the broker's while unset)
+and ``schemaValidationEnforced`` (bare bool; ``?applied=true`` counts the broker's too).
 A change is validated whole before anything is written (``PolicyEndpoint``, sans-IO) and
 stored by compare-and-set, read again and retried if another writer got there first. As in
 Pulsar, a destination-storage backlog quota must stay below the retention limits (412 either
@@ -90,7 +93,9 @@ from stripemq.broker.policies import (
     parse_backlog_quota_type,
     parse_bool,
     parse_int,
+    parse_schema_strategy,
 )
+from stripemq.broker.schema import CompatibilityStrategy
 from stripemq.broker.topic import PersistentTopic
 from stripemq.errors import BadVersionError, NodeExistsError, NotFoundError
 from stripemq.proto.topic_name import TopicName
@@ -153,10 +158,13 @@ async def owned_bundles(ctx: AdminContext, namespace: str) -> list[Bundle]:
 @dataclass(frozen=True)
 class PolicyScope:
     """What a policy change applies to beyond the namespace: this broker's cluster (rates
-    are kept per cluster) and the query (``backlogQuotaType``)."""
+    are kept per cluster), the query (``backlogQuotaType``, ``applied``) and the broker's
+    own defaults (what some GETs answer for an unset policy)."""
 
     cluster: str
     query: Mapping[str, str]
+    allow_auto_update_schema: bool = True
+    schema_validation_enforced: bool = False
 
 
 def retention_fits_quota(quota: BacklogQuota | None, retention: RetentionPolicies | None) -> bool:
@@ -223,6 +231,12 @@ def _parse_auto_topic_creation(body: object) -> AutoTopicCreationOverride:
     return override
 
 
+def _get_schema_validation_enforced(policies: Policies, scope: PolicyScope) -> bool:
+    """The namespace's flag; with ``?applied=true`` what applies (the broker's too)."""
+    applied = scope.query.get("applied", "").lower() == "true"
+    return policies.schema_validation_enforced or (applied and scope.schema_validation_enforced)
+
+
 def _per_cluster_get(attr: str) -> Callable[[Policies, PolicyScope], object]:
     def get(policies: Policies, scope: PolicyScope) -> object:
         rate = getattr(policies, attr).get(scope.cluster)
@@ -259,6 +273,7 @@ class PolicyEndpoint:
     get: Callable[[Policies, PolicyScope], object]
     set: Callable[[Policies, object, PolicyScope], Policies] | None = None
     remove: Callable[[Policies, PolicyScope], Policies] | None = None
+    set_method: str = "POST"  # Pulsar's method for the change (PUT for a few)
 
 
 POLICY_ENDPOINTS = (
@@ -312,6 +327,33 @@ POLICY_ENDPOINTS = (
         _per_cluster_get("subscription_dispatch_rates"),
         _per_cluster_set("subscription_dispatch_rates", DispatchRate.parse),
         _per_cluster_remove("subscription_dispatch_rates"),
+    ),
+    PolicyEndpoint(
+        "schemaCompatibilityStrategy",
+        lambda p, s: p.schema_compatibility_strategy.value,  # "UNDEFINED" while unset
+        lambda p, body, s: p.with_(schema_compatibility_strategy=parse_schema_strategy(body)),
+        lambda p, s: p.with_(schema_compatibility_strategy=CompatibilityStrategy.UNDEFINED),
+        set_method="PUT",
+    ),
+    PolicyEndpoint(
+        "isAllowAutoUpdateSchema",
+        lambda p, s: (
+            p.is_allow_auto_update_schema
+            if p.is_allow_auto_update_schema is not None
+            else s.allow_auto_update_schema
+        ),
+        lambda p, body, s: p.with_(
+            is_allow_auto_update_schema=parse_bool(body, "isAllowAutoUpdateSchema")
+        ),
+        lambda p, s: p.with_(is_allow_auto_update_schema=None),
+    ),
+    PolicyEndpoint(
+        "schemaValidationEnforced",
+        _get_schema_validation_enforced,
+        lambda p, body, s: p.with_(
+            schema_validation_enforced=parse_bool(body, "schemaValidationEnforced")
+        ),
+        lambda p, s: p.with_(schema_validation_enforced=False),
     ),
     PolicyEndpoint(
         "autoTopicCreation",
@@ -686,7 +728,13 @@ def _add_policy_routes(router: web.UrlDispatcher, ctx: AdminContext, ep: PolicyE
     path = f"{NS}/{ep.path}"
 
     def scope(request: web.Request) -> PolicyScope:
-        return PolicyScope(ctx.cluster, request.query)
+        config = ctx.config
+        return PolicyScope(
+            ctx.cluster,
+            request.query,
+            allow_auto_update_schema=config.is_allow_auto_update_schema_enabled,
+            schema_validation_enforced=config.is_schema_validation_enforced,
+        )
 
     async def get(request: web.Request) -> web.Response:
         policies, _ = await read_policies(ctx.store, namespace_of(request))
@@ -703,7 +751,7 @@ def _add_policy_routes(router: web.UrlDispatcher, ctx: AdminContext, ep: PolicyE
             await update_policies(ctx, namespace, lambda p: setter(p, body, where))
             return no_content()
 
-        router.add_post(path, post)
+        router.add_route(ep.set_method, path, post)
     if remover is not None:
 
         async def delete(request: web.Request) -> web.Response:
