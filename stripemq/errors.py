@@ -532,6 +532,11 @@ class IncompatibleSchemaError(ServerClientError):
     retry = Retry.NEVER
 
 
+class InvalidSchemaError(IncompatibleSchemaError):
+    """The schema's definition is not valid for its type (Pulsar's
+    ``InvalidSchemaDataException``, answered with the same code)."""
+
+
 @server_error_code(pb.ConsumerAssignError)
 class ConsumerAssignError(ServerClientError):
     """No consumer could be assigned: a Key_Shared STICKY consumer's hash ranges are out of

@@ -270,6 +270,7 @@ async def delete_tenant(store: MetadataStore, tenant: str) -> None:
         managed_ledger_path(tenant),
         f"{PARTITIONED_TOPICS}/{tenant}",
         f"{OWNERSHIP_ROOT}/{tenant}",
+        namespace_schemas_path(tenant),  # the tenant's container of schemas
     ):
         await _delete_if_empty(store, leftover)
     log.info("deleted tenant %s", tenant)

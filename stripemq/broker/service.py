@@ -28,7 +28,7 @@ from stripemq.broker.partitions import (
 )
 from stripemq.broker.policies import BacklogQuota, DispatchRate, Policies, PublishRate
 from stripemq.broker.policy_tasks import PolicyChecks
-from stripemq.broker.schema import CompatibilityStrategy, SchemaRegistry, schema_id
+from stripemq.broker.schema import CompatibilityStrategy, SchemaRegistry
 from stripemq.broker.topic import PersistentTopic, TopicLifecycle
 from stripemq.errors import BrokerError, StripeMQError
 from stripemq.managed_ledger.config import ManagedLedgerConfig
@@ -324,9 +324,6 @@ class BrokerService:
         if self.topics.get(str(topic_name)) is topic:
             del self.topics[str(topic_name)]
         self._retain_policy_watches()
-        if topic_name.partition_index < 0:
-            # Its schemas go with it (a partition's are its partitioned topic's).
-            await self.schemas.delete_all(schema_id(topic_name))
 
     async def unload_topic(self, topic_name: TopicName) -> None:
         """Close one topic (Pulsar's topic unload): its clients are disconnected and

@@ -1313,7 +1313,7 @@ class PersistentTopic:
         return last
 
     async def delete(self, *, force: bool = False) -> None:
-        """Delete the topic: its managed ledger, cursors and ledgers. Connected clients are
+        """Delete the topic: its schemas, managed ledger, cursors and ledgers. Connected clients are
         disconnected with ``force``; without it, a topic with any is refused
         (``NotAllowedError``, "Topic has active producers/subscriptions"). From the start
         the topic takes no new clients (``ServiceNotReady``); if the delete fails it serves
@@ -1325,6 +1325,10 @@ class PersistentTopic:
         try:
             self.disconnect_clients()
             await self._stop()
+            if self.schemas is not None and self.topic_name.partition_index < 0:
+                # First, while no client can come back and find them (Pulsar's order);
+                # a partition's are its partitioned topic's, deleted with it.
+                await self.schemas.delete_all(schema_id(self.topic_name))
             await self.ml.delete()
         except BaseException:
             if self.lifecycle is TopicLifecycle.DELETING:

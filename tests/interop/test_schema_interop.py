@@ -273,3 +273,28 @@ async def test_get_schema_and_get_or_create_schema_on_the_wire(
         pb.CommandGetOrCreateSchema(request_id=8, topic=f"{topic}-none", schema=avro),
     )
     assert unknown.error_code == pb.TopicNotFound
+
+
+async def test_a_schema_type_pulsar_does_not_define_is_refused(
+    standalone: StandaloneProcess, namespace: str
+) -> None:
+    """A type number outside the enum parses as unset: the command lacks a required field,
+    so the connection is closed (as for any malformed command), never taken for bytes."""
+    topic = f"persistent://{namespace}/odd"
+    schema = pb.Schema(name="t", schema_data=b"", type=pb.Schema.Avro)
+    raw = encode_command(
+        pb.CommandProducer(topic=topic, producer_id=1, request_id=1, schema=schema)
+    )
+    assert raw.count(b"\x20\x04") == 1  # the schema's type field: AVRO
+    reader, writer = await asyncio.open_connection("127.0.0.1", standalone.port)
+    try:
+        writer.write(encode_command(pb.CommandConnect(client_version="raw", protocol_version=20)))
+        writer.write(raw.replace(b"\x20\x04", b"\x20\x63"))  # type 99
+        decoder, answers = FrameDecoder(), []
+        while data := await asyncio.wait_for(reader.read(65536), 10):
+            answers += [command_body(frame.command) for frame in decoder.feed(data)]
+    finally:
+        writer.close()
+    assert [type(a) for a in answers] == [pb.CommandConnected]  # then closed
+    (fine,) = await ask(standalone.port, pb.CommandGetSchema(request_id=2, topic=topic))
+    assert fine.error_code == pb.TopicNotFound  # the broker serves on; nothing registered

@@ -236,3 +236,46 @@ def test_strategy_names_parse_in_any_case() -> None:
     with pytest.raises(ValueError, match="one of UNDEFINED"):
         S.parse("sideways")
     assert SchemaType.parse("key_value") is SchemaType.KEY_VALUE
+
+
+# --------------------------------------------------------------------------- PROTOBUF_NATIVE
+
+
+def protobuf_native(root: str) -> SchemaData:
+    doc = {
+        "fileDescriptorSet": "CgZhLnByb3Rv",  # any descriptor set, in base64
+        "rootMessageTypeName": root,
+        "rootFileDescriptorName": "a.proto",
+    }
+    return SchemaData(SchemaType.PROTOBUF_NATIVE, json.dumps(doc).encode())
+
+
+def test_a_protobuf_native_schema_keeps_its_root_message() -> None:
+    person = protobuf_native("qa.Person")
+    validate(person)
+    assert compatible(protobuf_native("qa.Person"), [person], S.FULL)
+    with pytest.raises(IncompatibleSchemaError, match="root message isn't allow change"):
+        check_compatible(protobuf_native("qa.Animal"), [person], S.BACKWARD)
+    assert compatible(protobuf_native("qa.Animal"), [person], S.ALWAYS_COMPATIBLE)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"garbage",
+        b"[]",
+        b'{"fileDescriptorSet": "***", "rootMessageTypeName": "a.B", "rootFileDescriptorName": ""}',
+        b'{"fileDescriptorSet": "CgZh", "rootFileDescriptorName": "a.proto"}',
+        b'{"fileDescriptorSet": "CgZh", "rootMessageTypeName": "a.B"}',
+    ],
+)
+def test_a_protobuf_native_definition_must_name_its_descriptors(data: bytes) -> None:
+    with pytest.raises(InvalidSchemaError, match="PROTOBUF_NATIVE"):
+        validate(SchemaData(SchemaType.PROTOBUF_NATIVE, data))
+
+
+def test_docs_do_not_make_a_schema_new() -> None:
+    documented = json.loads(V1.data)
+    documented["doc"] = "who signed up"
+    documented["fields"][0]["doc"] = "their name"
+    assert identical(SchemaData(SchemaType.AVRO, json.dumps(documented).encode()), V1)

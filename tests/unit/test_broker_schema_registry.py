@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any, cast
 
 import pytest
 from conftest import StoreFactory
 
 from stripemq.broker.schema import CompatibilityStrategy, SchemaData, SchemaRegistry, SchemaType
-from stripemq.broker.schema.registry import MAX_SCHEMA_BYTES, decode, encode, schema_id
-from stripemq.errors import IncompatibleSchemaError
+from stripemq.broker.schema.compatibility import MAX_SCHEMA_BYTES
+from stripemq.broker.schema.registry import decode, encode, schema_id
+from stripemq.errors import IncompatibleSchemaError, NodeExistsError
 from stripemq.metadata import MetadataStore
 from stripemq.proto.topic_name import TopicName
 
@@ -110,28 +112,88 @@ async def test_a_reader_must_read_what_is_registered(store: MetadataStore) -> No
     assert [s.version for s in await registry.versions(SID)] == [0]  # nothing stored
 
 
+class RacingStore:
+    """A store whose first listing of each caller waits for the other's: both registries
+    read the same versions before either writes, so they race for the same next one."""
+
+    def __init__(self, store: MetadataStore, barrier: asyncio.Barrier) -> None:
+        self.store = store
+        self.barrier = barrier
+        self.waited = False
+        self.lost = 0  # creates refused because the other got there first
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    async def children(self, path: str) -> list[str]:
+        names = await self.store.children(path)
+        if not self.waited:
+            self.waited = True
+            await self.barrier.wait()
+        return names
+
+    async def create(self, path: str, data: bytes = b"", **kw: Any) -> str:
+        try:
+            return await self.store.create(path, data, **kw)
+        except NodeExistsError:
+            self.lost += 1
+            raise
+
+
 async def test_two_brokers_registering_at_once_get_one_version_each(
     new_store: StoreFactory,
 ) -> None:
-    """Both race for version 1: one wins, the other reads again, finds its schema agrees
-    with the winner's, and takes version 2; the same schema twice takes one version."""
-    one, two = SchemaRegistry(await new_store()), SchemaRegistry(await new_store())
-    await one.put_if_absent(SID, V1, FULL)
+    """Both race for version 1: one wins, the other reads again, finds that its schema
+    agrees with the winner's, and takes version 2."""
+    store = await new_store()
+    await SchemaRegistry(store).put_if_absent(SID, V1, FULL)
+    barrier = asyncio.Barrier(2)
+    racers = [RacingStore(await new_store(), barrier) for _ in range(2)]
+    one, two = (SchemaRegistry(cast(MetadataStore, r)) for r in racers)
     v3 = avro({"name": "other", "type": "int", "default": 0})
     versions = await asyncio.gather(
-        one.put_if_absent(SID, V2, FULL),
-        two.put_if_absent(SID, v3, FULL),
-        two.put_if_absent(SID, V2, FULL),
+        one.put_if_absent(SID, V2, FULL), two.put_if_absent(SID, v3, FULL)
     )
-    assert versions[0] == versions[2]
-    assert sorted({versions[0], versions[1]}) == [1, 2]
-    assert [s.version for s in await one.versions(SID)] == [0, 1, 2]
+    assert sorted(versions) == [1, 2]
+    assert sum(r.lost for r in racers) == 1  # they did race
+    assert [s.version for s in await SchemaRegistry(store).versions(SID)] == [0, 1, 2]
 
 
-async def test_an_unreadable_version_node_is_skipped(store: MetadataStore) -> None:
+async def test_racing_for_the_same_schema_gives_both_one_version(new_store: StoreFactory) -> None:
+    barrier = asyncio.Barrier(2)
+    racers = [RacingStore(await new_store(), barrier) for _ in range(2)]
+    one, two = (SchemaRegistry(cast(MetadataStore, r)) for r in racers)
+    assert await asyncio.gather(
+        one.put_if_absent(SID, V1, FULL), two.put_if_absent(SID, V1, FULL)
+    ) == [0, 0]
+    assert sum(r.lost for r in racers) == 1
+
+
+async def test_an_unreadable_version_is_taken_for_a_deletion(store: MetadataStore) -> None:
     registry = SchemaRegistry(store)
     await registry.put_if_absent(SID, V1, FULL)
     await store.create(f"/stripemq/schemas/{SID}/0000000001", b"garbage")
-    await store.create(f"/stripemq/schemas/{SID}/notes", b"")
-    assert [s.version for s in await registry.versions(SID)] == [0]
-    assert await registry.put_if_absent(SID, V2, FULL) == 2  # after the unreadable one
+    await store.create(f"/stripemq/schemas/{SID}/notes", b"")  # not a version: ignored
+    assert await registry.latest(SID) is None
+    assert await registry.history(SID) == []
+    # What came before it no longer binds: BAD is welcome, after the unreadable node.
+    assert await registry.put_if_absent(SID, BAD, FULL) == 2
+
+
+async def test_a_consumer_under_always_compatible_is_never_refused(store: MetadataStore) -> None:
+    registry = SchemaRegistry(store)
+    await registry.check_reader(SID, V1, CompatibilityStrategy.ALWAYS_COMPATIBLE)
+    await registry.put_if_absent(SID, V1, FULL)
+    await registry.check_reader(
+        SID, SchemaData(SchemaType.STRING), CompatibilityStrategy.ALWAYS_COMPATIBLE
+    )
+
+
+async def test_properties_count_towards_the_size_limit(store: MetadataStore) -> None:
+    registry = SchemaRegistry(store)
+    heavy = SchemaData(SchemaType.STRING, b"", {"k": "v" * MAX_SCHEMA_BYTES})
+    with pytest.raises(IncompatibleSchemaError, match="definition and properties"):
+        await registry.put_if_absent(SID, heavy, FULL)
+    with pytest.raises(IncompatibleSchemaError, match="definition and properties"):
+        await registry.check_reader(SID, heavy, FULL)
+    assert await registry.versions(SID) == []

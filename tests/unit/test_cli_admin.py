@@ -1233,3 +1233,10 @@ def test_schemas_upload_and_compatibility_send_the_file(
     broker.on("POST", f"{SCHEMAS}/compatibility", answer_json(verdict))
     assert run(broker, "schemas", "compatibility", "acme/billing/orders", "-f", str(path)) == 0
     assert json.loads(capsys.readouterr().out) == verdict
+
+
+def test_the_cli_knows_pulsars_schema_strategies() -> None:
+    """The CLI imports no broker module (it starts fast); its list must not drift."""
+    from stripemq.broker.schema import CompatibilityStrategy
+
+    assert admin.SCHEMA_STRATEGIES == tuple(s.value for s in CompatibilityStrategy)

@@ -551,6 +551,9 @@ class PersistentTopics:
             answers = await self._fan_out(request, topic, count, "GET", "/stats", missing_ok=True)
             if any(has_clients(doc) for doc in answers.values()):
                 raise precondition_failed("Topic has active producers/subscriptions")
+        # Its schemas first, as a topic's own deletion does (nothing is left for a
+        # producer that comes back meanwhile to find).
+        await self.ctx.service.schemas.delete_all(schema_id(topic))
         try:
             await self._fan_out(request, topic, count, "DELETE", missing_ok=True)
         except RestError as exc:
@@ -561,7 +564,6 @@ class PersistentTopics:
             await store.delete(partitions_path(topic))
         except NotFoundError:
             pass
-        await self.ctx.service.schemas.delete_all(schema_id(topic))  # they go with it
         return no_content()
 
     # ------------------------------------------------------------------ stats

@@ -51,7 +51,6 @@ from stripemq.broker.schema import (
     schema_id,
 )
 from stripemq.broker.schema.compatibility import (
-    check_compatible,
     join_key_value,
     split_key_value,
     validate,
@@ -113,7 +112,7 @@ def parse_payload(body: object) -> SchemaData:
         kind = SchemaType.parse(body.get("type"))
     except ValueError as exc:
         raise RestError(422, str(exc)) from None
-    if kind.carries_no_schema or kind in (SchemaType.AUTO_PUBLISH,):
+    if kind.carries_no_schema:
         raise RestError(422, f"Schema {kind.name} cannot be registered")
     definition = body.get("schema", "")
     properties = body.get("properties") or {}
@@ -234,10 +233,8 @@ class SchemasResource:
         topic, sid = await self._topic(request)
         schema = parse_payload(await read_json(request))
         strategy = await self._strategy(topic)
-        history = [s.schema for s in await self.registry.history(sid)]
         try:
-            if await self.registry.find(sid, schema) is None:
-                check_compatible(schema, history, strategy)
+            await self.registry.check(sid, schema, strategy)
             compatible = True
         except IncompatibleSchemaError:
             compatible = False

@@ -2,7 +2,6 @@
 must pass (``compatibility``, with ``avro`` for struct schemas) and their records
 (``types``)."""
 
-from stripemq.broker.schema.compatibility import InvalidSchemaError
 from stripemq.broker.schema.registry import SchemaRegistry, StoredSchema, schema_id
 from stripemq.broker.schema.types import (
     CompatibilityStrategy,
@@ -11,6 +10,7 @@ from stripemq.broker.schema.types import (
     decode_version,
     encode_version,
 )
+from stripemq.errors import InvalidSchemaError
 
 __all__ = [
     "CompatibilityStrategy",

@@ -6,24 +6,26 @@ test behind Pulsar's compatibility strategies for AVRO, JSON and PROTOBUF schema
 ``parse`` turns a definition (JSON text) into ``AvroType`` nodes, with named types
 (records, enums, fixed) resolved by full name, so a record may refer to itself.
 ``read_errors(reader, writer)`` lists why the reader cannot read the writer's data; none
-means it can. The rules, as Avro's Java checker applies them:
+means it can. The rules are those of Avro's ``Resolver``, which Pulsar's check runs:
 
 - primitives match themselves; a reader promotes int to long, float or double, long to
   float or double, float to double, and string and bytes to each other;
-- named types match by simple name (or a reader alias naming the writer's full name);
-  a fixed keeps its size; a reader enum has every writer symbol, or a default;
-- every reader field is in the writer (by name or alias) with a readable type, or has a
-  default; writer fields the reader lacks are skipped;
-- each branch of a writer union must be readable; a reader union reads a writer type if
-  one of its branches does.
+- records match whatever their names; every reader field is in the writer (by name or by
+  one of its aliases) with a readable type, or has a default; writer fields the reader
+  lacks are skipped;
+- an enum or a fixed keeps its simple name (or a reader alias names the writer's full
+  name), a fixed its size; an enum may lose symbols (only a message with one fails);
+- each branch of a writer union must be readable; a reader union reads a writer type with
+  the branch Avro picks (of the same kind and full name first, then by promotion).
 
 Logical types are not checked (Avro's checker ignores them too).
 """
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Iterator
+import re
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
@@ -98,6 +100,16 @@ AvroType: TypeAlias = Primitive | Record | Enum | Fixed | Array | Map | Union
 Named: TypeAlias = Record | Enum | Fixed
 
 
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_name(name: str, what: str) -> str:
+    """``name`` (dotted for a full name), unless it is not an Avro name."""
+    if not all(NAME.fullmatch(part) for part in name.split(".")):
+        raise InvalidAvroSchemaError(f"{what} {name!r} is not an Avro name")
+    return name
+
+
 def simple_name(full_name: str) -> str:
     return full_name.rpartition(".")[2]
 
@@ -114,6 +126,13 @@ def parse(definition: bytes | str) -> AvroType:
     except RecursionError:
         raise InvalidAvroSchemaError("nested too deeply") from None
     return _Parser().parse(doc, namespace="", depth=0)
+
+
+@functools.lru_cache(maxsize=256)
+def parse_cached(definition: bytes) -> AvroType:
+    """``parse``, remembered: a topic's versions are compared again at every new schema,
+    and parsed nodes are never changed."""
+    return parse(definition)
 
 
 class _Parser:
@@ -180,7 +199,7 @@ class _Parser:
         if own is not None and not isinstance(own, str):
             raise InvalidAvroSchemaError("a namespace must be a string")
         space = own if own is not None else namespace
-        full = name if "." in name or not space else f"{space}.{name}"
+        full = check_name(name if "." in name or not space else f"{space}.{name}", "name")
         aliases = doc.get("aliases", [])
         if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
             raise InvalidAvroSchemaError("aliases must be a list of names")
@@ -207,6 +226,7 @@ class _Parser:
                 raise InvalidAvroSchemaError(f"a field of {name} has no name")
             if "type" not in item:
                 raise InvalidAvroSchemaError(f"field {item['name']} of {name} has no type")
+            check_name(item["name"], "field name")
             if item["name"] in seen:
                 raise InvalidAvroSchemaError(f"field {item['name']} of {name} is defined twice")
             seen.add(item["name"])
@@ -233,85 +253,120 @@ def can_read(reader: AvroType, writer: AvroType) -> bool:
 
 def read_errors(reader: AvroType, writer: AvroType) -> list[str]:
     """Why ``reader`` cannot read data written with ``writer`` (empty: it can)."""
-    return list(_Resolver().check(reader, writer, "/"))
+    return _Resolver().check(reader, writer, "/", 0)
 
 
 class _Resolver:
+    """One resolution. Each pair of named types is resolved once (its errors kept): a
+    pair met again while being resolved is assumed readable, as Avro's ``seen`` map does,
+    so recursive types end and nested unions cost no more than their size."""
+
     def __init__(self) -> None:
-        # Named pairs being checked (or checked): assumed readable, so recursion ends.
-        self.assumed: set[tuple[int, int]] = set()
+        self.named_pairs: dict[tuple[int, int], list[str]] = {}
 
-    def check(self, reader: AvroType, writer: AvroType, at: str) -> Iterator[str]:
+    def check(self, reader: AvroType, writer: AvroType, at: str, depth: int) -> list[str]:
+        if depth > MAX_DEPTH:
+            return [f"{at}: nested deeper than {MAX_DEPTH} levels"]
         if isinstance(writer, Union):
+            errors = []
             for i, branch in enumerate(writer.branches):
-                yield from self.check(reader, branch, f"{at}{i}/")
-            return
+                errors += self.check(reader, branch, f"{at}{i}/", depth + 1)
+            return errors
         if isinstance(reader, Union):
-            if not any(self._reads(branch, writer, at) for branch in reader.branches):
-                yield f"{at}: reader union lacks a branch for the writer's {describe(writer)}"
-            return
-        if isinstance(reader, Primitive):
-            if isinstance(writer, Primitive) and (
-                writer.name == reader.name or reader.name in PROMOTIONS.get(writer.name, ())
-            ):
-                return
-            yield f"{at}: reader's {reader.name} cannot read the writer's {describe(writer)}"
-            return
-        if type(reader) is not type(writer):
-            yield f"{at}: reader's {describe(reader)} cannot read the writer's {describe(writer)}"
-            return
-        if isinstance(reader, Array):
-            assert isinstance(writer, Array)
-            yield from self.check(reader.items, writer.items, f"{at}items/")
-        elif isinstance(reader, Map):
-            assert isinstance(writer, Map)
-            yield from self.check(reader.values, writer.values, f"{at}values/")
-        else:
-            assert isinstance(reader, (Record, Enum, Fixed))
+            chosen = self._branch(reader, writer, at, depth)
+            if chosen is None:
+                return [f"{at}: reader union lacks a branch for the writer's {describe(writer)}"]
+            return self.check(chosen, writer, at, depth + 1)
+        if isinstance(reader, Primitive) and isinstance(writer, Primitive):
+            if writer.name == reader.name or reader.name in PROMOTIONS.get(writer.name, ()):
+                return []
+        elif isinstance(reader, Array) and isinstance(writer, Array):
+            return self.check(reader.items, writer.items, f"{at}items/", depth + 1)
+        elif isinstance(reader, Map) and isinstance(writer, Map):
+            return self.check(reader.values, writer.values, f"{at}values/", depth + 1)
+        elif isinstance(reader, (Record, Enum, Fixed)) and type(reader) is type(writer):
             assert isinstance(writer, (Record, Enum, Fixed))
-            yield from self._named(reader, writer, at)
+            return self._named(reader, writer, at, depth)
+        return [f"{at}: reader's {describe(reader)} cannot read the writer's {describe(writer)}"]
 
-    def _reads(self, reader: AvroType, writer: AvroType, at: str) -> bool:
-        """A trial that leaves no trace: does ``reader`` (one branch of a union) read it?"""
-        trial = _Resolver()
-        trial.assumed = set(self.assumed)
-        return not any(True for _ in trial.check(reader, writer, at))
+    def _branch(self, reader: Union, writer: AvroType, at: str, depth: int) -> AvroType | None:
+        """The branch of a reader union that reads a writer type, as Avro picks it: the
+        first of the same kind (a named type by full name; a record failing that, the
+        first that reads it, preferring one of the same simple name), else the first a
+        promotion reaches."""
+        structural: AvroType | None = None
+        for branch in reader.branches:
+            if isinstance(writer, Primitive):
+                if isinstance(branch, Primitive) and branch.name == writer.name:
+                    return branch
+            elif isinstance(writer, (Record, Enum, Fixed)):
+                if type(branch) is not type(writer):
+                    continue
+                assert isinstance(branch, (Record, Enum, Fixed))
+                if branch.full_name == writer.full_name:
+                    return branch
+                if isinstance(writer, Record) and not self.check(branch, writer, at, depth + 1):
+                    same_name = simple_name(branch.full_name) == simple_name(writer.full_name)
+                    if structural is None or same_name:
+                        structural = branch
+            elif type(branch) is type(writer):
+                return branch  # an array or a map
+        if structural is not None:
+            return structural
+        if isinstance(writer, Primitive):
+            promoted = PROMOTIONS.get(writer.name, set())
+            for branch in reader.branches:
+                if isinstance(branch, Primitive) and branch.name in promoted:
+                    return branch
+        return None
 
-    def _named(self, reader: Named, writer: Named, at: str) -> Iterator[str]:
-        if simple_name(reader.full_name) != simple_name(writer.full_name) and (
-            writer.full_name not in reader.aliases
-        ):
-            yield f"{at}: reader's name {reader.full_name} is not the writer's {writer.full_name}"
-            return
+    def _named(self, reader: Named, writer: Named, at: str, depth: int) -> list[str]:
         pair = (id(reader), id(writer))
-        if pair in self.assumed:
-            return
-        self.assumed.add(pair)
+        known = self.named_pairs.get(pair)
+        if known is not None:
+            return known  # resolved already, or being resolved (assumed readable)
+        self.named_pairs[pair] = []
+        errors = self._resolve_named(reader, writer, at, depth)
+        self.named_pairs[pair] = errors
+        return errors
+
+    def _resolve_named(self, reader: Named, writer: Named, at: str, depth: int) -> list[str]:
+        if not isinstance(reader, Record) and not _names_match(reader, writer):
+            return [
+                f"{at}: reader's name {reader.full_name} is not the writer's {writer.full_name}"
+            ]
         if isinstance(reader, Fixed):
             assert isinstance(writer, Fixed)
             if reader.size != writer.size:
-                yield f"{at}: fixed {reader.full_name} has size {reader.size}, not {writer.size}"
-        elif isinstance(reader, Enum):
-            assert isinstance(writer, Enum)
-            missing = [s for s in writer.symbols if s not in reader.symbols]
-            if missing and not reader.has_default:
-                yield f"{at}: reader's enum {reader.full_name} lacks the symbols {missing}"
-        else:
-            assert isinstance(reader, Record) and isinstance(writer, Record)
-            by_name = {f.name: f for f in writer.fields}
-            for field_ in reader.fields:
-                found = by_name.get(field_.name) or next(
-                    (by_name[a] for a in field_.aliases if a in by_name), None
-                )
-                if found is None:
-                    if not field_.has_default:
-                        yield (
-                            f"{at}fields/{field_.name}: reader's field {field_.name} of "
-                            f"{reader.full_name} has no default, and the writer has no such "
-                            "field"
-                        )
-                    continue
-                yield from self.check(field_.type, found.type, f"{at}fields/{field_.name}/")
+                return [f"{at}: fixed {reader.full_name} has size {reader.size}, not {writer.size}"]
+            return []
+        if isinstance(reader, Enum):
+            return []  # a symbol the reader lacks fails only the message that has it
+        assert isinstance(reader, Record) and isinstance(writer, Record)
+        by_name = {f.name: f for f in writer.fields}
+        errors = []
+        for field_ in reader.fields:
+            found = by_name.get(field_.name) or next(
+                (by_name[a] for a in field_.aliases if a in by_name), None
+            )
+            if found is None:
+                if not field_.has_default:
+                    errors.append(
+                        f"{at}fields/{field_.name}: reader's field {field_.name} of "
+                        f"{reader.full_name} has no default, and the writer has no such field"
+                    )
+                continue
+            errors += self.check(field_.type, found.type, f"{at}fields/{field_.name}/", depth + 1)
+        return errors
+
+
+def _names_match(reader: Named, writer: Named) -> bool:
+    """An enum's or a fixed's names: the same simple name, or a reader alias naming the
+    writer's full name."""
+    return (
+        simple_name(reader.full_name) == simple_name(writer.full_name)
+        or writer.full_name in reader.aliases
+    )
 
 
 def describe(kind: AvroType) -> str:

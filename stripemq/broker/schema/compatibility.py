@@ -6,8 +6,8 @@ first) as ``strategy`` asks: with the latest version, or with each for a transit
 Two schemas of different types never agree. Struct schemas (AVRO, JSON, PROTOBUF) are
 compared by Avro schema resolution (``avro``): BACKWARD asks the new schema to read data
 written with the old, FORWARD the old to read data written with the new, FULL both. A
-KEY_VALUE schema agrees when its key and its value each do. The other types (the
-primitives, PROTOBUF_NATIVE) agree with any schema of their own type.
+KEY_VALUE schema agrees when its key and its value each do, a PROTOBUF_NATIVE one when its
+root message is the same. The primitives agree with any schema of their own type.
 
 ``validate(schema)`` raises ``InvalidSchemaError`` for a definition no client could use
 (an AVRO schema that is not Avro), before anything is stored.
@@ -15,20 +15,23 @@ primitives, PROTOBUF_NATIVE) agree with any schema of their own type.
 
 from __future__ import annotations
 
+import base64
 import json
 import struct
 from collections.abc import Sequence
 
 from stripemq.broker.schema import avro
 from stripemq.broker.schema.types import CompatibilityStrategy, SchemaData, SchemaType
-from stripemq.errors import IncompatibleSchemaError
+from stripemq.errors import IncompatibleSchemaError, InvalidSchemaError
 
 LENGTH = struct.Struct(">i")
+# Reasons an incompatibility names at most (a client sees the message).
+MAX_REASONS = 5
 
 
-class InvalidSchemaError(IncompatibleSchemaError):
-    """The schema's definition is not valid for its type (Pulsar's
-    ``InvalidSchemaDataException``)."""
+# A schema's definition and properties, in bytes, at most: each version is one metadata
+# node (ZooKeeper's limit is 1 MiB a node, with the base64 and the JSON around it).
+MAX_SCHEMA_BYTES = 512 * 1024
 
 
 # --------------------------------------------------------------------------- KEY_VALUE
@@ -80,12 +83,21 @@ def join_key_value(key: SchemaData, value: SchemaData) -> bytes:
 
 
 def validate(schema: SchemaData) -> None:
-    """Raises ``InvalidSchemaError`` unless the definition suits its type."""
+    """Raises ``InvalidSchemaError`` unless the definition suits its type and, with its
+    properties, fits ``MAX_SCHEMA_BYTES`` (checked first: nothing larger is parsed)."""
+    size = len(schema.data) + sum(len(k) + len(v) for k, v in schema.properties.items())
+    if size > MAX_SCHEMA_BYTES:
+        raise InvalidSchemaError(
+            f"a schema of {size} bytes (definition and properties) is over the "
+            f"{MAX_SCHEMA_BYTES} this broker keeps"
+        )
     if schema.type.is_struct:
         _struct(schema)
     elif schema.type is SchemaType.KEY_VALUE:
         for side in split_key_value(schema):
             validate(side)
+    elif schema.type is SchemaType.PROTOBUF_NATIVE:
+        _root_message(schema)
     elif schema.type in (SchemaType.AUTO, SchemaType.AUTO_PUBLISH, SchemaType.AUTO_CONSUME):
         raise InvalidSchemaError(f"Schema {schema.type.name} is a client-side schema type")
 
@@ -94,13 +106,37 @@ def _struct(schema: SchemaData) -> avro.AvroType | None:
     """The Avro schema of a struct schema; ``None`` for a JSON schema that gives a JSON
     Schema document instead (old Java clients did). Raises ``InvalidSchemaError``."""
     try:
-        return avro.parse(schema.data)
+        return avro.parse_cached(schema.data)
     except avro.InvalidAvroSchemaError as exc:
         if schema.type is SchemaType.JSON and _is_json_object(schema.data):
             return None
         raise InvalidSchemaError(
             f"Invalid schema definition data for {schema.type.name} schema: {exc}"
         ) from None
+
+
+def _root_message(schema: SchemaData) -> str:
+    """The root message of a PROTOBUF_NATIVE schema (Pulsar's ``ProtobufNativeSchemaData``:
+    ``fileDescriptorSet`` in base64, ``rootMessageTypeName``, ``rootFileDescriptorName``).
+    Raises ``InvalidSchemaError``."""
+    invalid = "Invalid schema definition data for PROTOBUF_NATIVE schema"
+    try:
+        doc = json.loads(schema.data)
+    except (ValueError, RecursionError):
+        raise InvalidSchemaError(f"{invalid}: not JSON") from None
+    if not isinstance(doc, dict):
+        raise InvalidSchemaError(f"{invalid}: not a JSON object")
+    descriptors, root = doc.get("fileDescriptorSet"), doc.get("rootMessageTypeName")
+    try:
+        if not isinstance(descriptors, str) or not base64.b64decode(descriptors, validate=True):
+            raise ValueError
+    except ValueError:
+        raise InvalidSchemaError(f"{invalid}: fileDescriptorSet is not base64") from None
+    if not isinstance(root, str) or not root:
+        raise InvalidSchemaError(f"{invalid}: rootMessageTypeName is missing")
+    if not isinstance(doc.get("rootFileDescriptorName"), str):
+        raise InvalidSchemaError(f"{invalid}: rootFileDescriptorName is missing")
+    return root
 
 
 def _is_json_object(data: bytes) -> bool:
@@ -130,9 +166,18 @@ def identical(a: SchemaData, b: SchemaData) -> bool:
     if not a.type.is_struct:
         return False
     try:
-        return bool(json.loads(a.data) == json.loads(b.data))
+        return bool(_without_docs(json.loads(a.data)) == _without_docs(json.loads(b.data)))
     except (ValueError, RecursionError):
         return False
+
+
+def _without_docs(doc: object) -> object:
+    """A definition without its ``doc`` strings (Avro's ``Schema.equals`` ignores them)."""
+    if isinstance(doc, dict):
+        return {k: _without_docs(v) for k, v in doc.items() if k != "doc"}
+    if isinstance(doc, list):
+        return [_without_docs(v) for v in doc]
+    return doc
 
 
 def check_compatible(
@@ -185,6 +230,11 @@ def incompatibilities(
         ):
             reasons += [f"{part} {r}" for r in incompatibilities(old_side, new_side, strategy)]
         return reasons
+    if new.type is SchemaType.PROTOBUF_NATIVE:
+        # Pulsar's ProtobufNativeSchemaCompatibilityCheck: the root message stays.
+        if _root_message(existing) != _root_message(new):
+            return ["Protobuf root message isn't allow change!"]
+        return []
     if not new.type.is_struct:
         return []
     old_avro, new_avro = _struct(existing), _struct(new)
@@ -199,4 +249,4 @@ def incompatibilities(
     if strategy.forward:
         errors = avro.read_errors(old_avro, new_avro)
         reasons += [f"old schema cannot read new data: {e}" for e in errors]
-    return reasons
+    return reasons[:MAX_REASONS]

@@ -14,7 +14,9 @@ version (after it the topic has no schema, and numbering goes on); a forced dele
 every version, and numbering starts over.
 
 Pulsar keeps schemas in BookKeeper ledgers indexed from ZooKeeper; definitions are small,
-so here they live in the metadata store itself (each under ``MAX_SCHEMA_BYTES``).
+so here they live in the metadata store itself (each under
+``compatibility.MAX_SCHEMA_BYTES``). A node no registry could have written (unreadable) is
+taken for a deletion: the versions before it are not held against new schemas.
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from stripemq.broker.schema.compatibility import (
-    InvalidSchemaError,
     check_compatible,
     identical,
     reader_strategy,
@@ -36,16 +37,18 @@ from stripemq.broker.schema.compatibility import (
 )
 from stripemq.broker.schema.types import CompatibilityStrategy, SchemaData, SchemaType
 from stripemq.clock import now_ms
-from stripemq.errors import IncompatibleSchemaError, MetadataError, NodeExistsError
+from stripemq.errors import (
+    IncompatibleSchemaError,
+    MetadataError,
+    NodeExistsError,
+    NotEmptyError,
+)
 from stripemq.metadata import MetadataStore
 from stripemq.proto.topic_name import TopicName
 
 log = logging.getLogger(__name__)
 
 ROOT = "/stripemq/schemas"
-# A definition's bytes at most: each version is one metadata node (ZooKeeper's limit is
-# 1 MiB a node, with the base64 and the JSON around it).
-MAX_SCHEMA_BYTES = 512 * 1024
 # Registrations that lost the race for the next version, before giving up.
 MAX_ATTEMPTS = 20
 
@@ -119,6 +122,7 @@ class SchemaRegistry:
 
     def __init__(self, store: MetadataStore) -> None:
         self.store = store
+        self._unreadable: set[tuple[str, int]] = set()  # logged once each
 
     async def versions(self, schema_id: str) -> list[StoredSchema]:
         """Every stored version, oldest first, tombstones included. Raises
@@ -135,14 +139,22 @@ class SchemaRegistry:
         return [stored for stored in found if stored is not None], next_version
 
     async def _read(self, schema_id: str, version: int) -> StoredSchema | None:
+        """That version (an unreadable one as a tombstone); ``None`` if it is gone."""
         got = await self.store.get(_version_path(schema_id, version))
         if got is None:
             return None  # deleted since it was listed
         try:
             return StoredSchema(version, decode(got[0]))
         except (ValueError, TypeError) as exc:
-            log.warning("[%s] ignoring unreadable schema version %d: %s", schema_id, version, exc)
-            return None
+            if (schema_id, version) not in self._unreadable:
+                self._unreadable.add((schema_id, version))
+                log.warning(
+                    "[%s] schema version %d is unreadable (%s): taken for a deletion",
+                    schema_id,
+                    version,
+                    exc,
+                )
+            return StoredSchema(version, SchemaData(SchemaType.NONE, deleted=True))
 
     async def history(self, schema_id: str) -> list[StoredSchema]:
         """The live versions (since the last deletion), oldest first."""
@@ -150,10 +162,12 @@ class SchemaRegistry:
 
     async def latest(self, schema_id: str) -> StoredSchema | None:
         """The topic's schema now; ``None`` when it has none (never had, or deleted)."""
-        versions = await self.versions(schema_id)
-        if not versions or versions[-1].schema.deleted:
-            return None
-        return versions[-1]
+        names = await self.store.children(schemas_path(schema_id))
+        for number in sorted((int(n) for n in names if n.isdigit()), reverse=True):
+            stored = await self._read(schema_id, number)
+            if stored is not None:  # else deleted since it was listed: the one before
+                return None if stored.schema.deleted else stored
+        return None
 
     async def get(self, schema_id: str, version: int) -> StoredSchema | None:
         """That version, unless it does not exist or is a tombstone."""
@@ -181,6 +195,8 @@ class SchemaRegistry:
         the topic: its schema is registered, or reads it as ``reader_strategy`` asks. A
         topic without a schema has nothing to check against: refused too."""
         validate(schema)
+        if strategy is CompatibilityStrategy.ALWAYS_COMPATIBLE:
+            return
         history = await self.history(schema_id)
         if _identical(history, schema) is not None:
             return
@@ -200,11 +216,6 @@ class SchemaRegistry:
         Raises ``IncompatibleSchemaError`` (``InvalidSchemaError`` for a bad definition),
         ``MetadataError``."""
         validate(schema)
-        if len(schema.data) > MAX_SCHEMA_BYTES:
-            raise InvalidSchemaError(
-                f"a schema definition of {len(schema.data)} bytes is over the "
-                f"{MAX_SCHEMA_BYTES} this broker keeps"
-            )
         for _ in range(MAX_ATTEMPTS):
             versions, version = await self._listing(schema_id)
             history = live(versions)
@@ -255,8 +266,15 @@ class SchemaRegistry:
         raise MetadataError(f"[{schema_id}] lost the race to delete its schema too often")
 
     async def delete_all(self, schema_id: str) -> None:
-        """Remove every version (the topic is deleted). Raises ``MetadataError``."""
-        await self.store.delete_recursive(schemas_path(schema_id))
+        """Remove every version (the topic is deleted), also one registered meanwhile.
+        Raises ``MetadataError``."""
+        for _ in range(MAX_ATTEMPTS):
+            try:
+                await self.store.delete_recursive(schemas_path(schema_id))
+                return
+            except NotEmptyError:
+                continue  # a version was added while the others went: again
+        raise MetadataError(f"[{schema_id}] schema versions kept coming while being deleted")
 
 
 def _identical(history: Sequence[StoredSchema], schema: SchemaData) -> int | None:

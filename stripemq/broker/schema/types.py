@@ -131,12 +131,9 @@ class SchemaData:
 
     @classmethod
     def from_proto(cls, schema: pb.Schema, timestamp_ms: int = 0) -> SchemaData:
-        """The schema a PRODUCER, SUBSCRIBE or GET_OR_CREATE_SCHEMA carries; raises
-        ``ValueError`` for a type number Pulsar does not define."""
-        try:
-            kind = SchemaType(schema.type)
-        except ValueError:
-            raise ValueError(f"unknown schema type number {schema.type}") from None
+        """The schema a PRODUCER, SUBSCRIBE or GET_OR_CREATE_SCHEMA carries (its type is
+        one of the protocol's, which are all Pulsar's)."""
+        kind = SchemaType(schema.type)
         # The stubs name the properties' type after Schema.Type.KeyValue, not the message.
         properties: Iterable[pb.KeyValue] = schema.properties
         return cls(
