@@ -21,7 +21,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from stripemq.broker.namespaces import NamespaceNotFoundError, policies_path, read_policies
 from stripemq.broker.policies import (
@@ -203,149 +203,169 @@ def dispatch_rate(policy: DispatchRate) -> Rate:
     )
 
 
-OnChange = Callable[[str, Policies], Awaitable[None]]
+T = TypeVar("T")
+OnChange = Callable[[str, T], Awaitable[None]]
 
 
-class NamespacePolicyCache:
-    """Each namespace's ``Policies`` as last read, refreshed on every change of its node.
+class PolicyCache(Generic[T]):
+    """Policy documents (a namespace's, a topic's) by key, as last read, refreshed on
+    every change of their node.
 
-    ``on_change(namespace, policies)`` runs (one at a time per namespace, in the order the
-    changes were read) after a watched namespace's policies changed."""
+    ``on_change(key, document)`` runs (one at a time per key, in the order the changes
+    were read) after a watched key's document changed. A subclass says where a key's
+    document lives (``path``), how it is read (``_read``), and what a deleted node means
+    (``_deleted``: read again by whoever asks next, or read at once)."""
 
-    def __init__(self, store: MetadataStore, on_change: OnChange | None = None) -> None:
+    def __init__(self, store: MetadataStore, on_change: OnChange[T] | None = None) -> None:
         self.store = store
         self.on_change = on_change
-        self._policies: dict[str, Policies] = {}
+        self._policies: dict[str, T] = {}
         self._watches: dict[str, WatchHandle] = {}
-        self._loading: dict[str, asyncio.Future[Policies]] = {}
+        self._loading: dict[str, asyncio.Future[T]] = {}
         self._refreshing: dict[str, asyncio.Task[None]] = {}
         self._stale: set[str] = set()  # changed again while being refreshed
         self._closed = False
+
+    def path(self, key: str) -> str:
+        raise NotImplementedError
+
+    async def _read(self, key: str) -> T:
+        """The key's document now; ``NamespaceNotFoundError`` if its owner is gone."""
+        raise NotImplementedError
+
+    refresh_on_delete = False  # a deleted node: forget it (False) or read it again (True)
 
     @property
     def watched(self) -> set[str]:
         return set(self._watches)
 
-    def cached(self, namespace: str) -> Policies | None:
-        """The policies as last read, without reading (``None``: not cached)."""
-        return self._policies.get(namespace)
+    def cached(self, key: str) -> T | None:
+        """The document as last read, without reading (``None``: not cached)."""
+        return self._policies.get(key)
 
-    async def get(self, namespace: str, *, watch: bool = True) -> Policies:
-        """The namespace's policies; the first call reads them and starts the watch.
-        Without ``watch``, a namespace not cached yet is read once and neither cached nor
-        watched (nothing is kept for a namespace no topic of which is served here).
+    async def get(self, key: str, *, watch: bool = True) -> T:
+        """The key's document; the first call reads it and starts the watch. Without
+        ``watch``, a key not cached yet is read once and neither cached nor watched
+        (nothing is kept for a key no topic served here needs).
 
-        Raises ``NamespaceNotFoundError`` when the namespace does not exist (nothing is
+        Raises ``NamespaceNotFoundError`` when its namespace does not exist (nothing is
         cached or watched then)."""
-        found = self._policies.get(namespace)
+        found = self._policies.get(key)
         if found is not None:
             return found
-        if not watch and namespace not in self._loading:
-            return await self._read(namespace)
-        loading = self._loading.get(namespace)
+        if not watch and key not in self._loading:
+            return await self._read(key)
+        loading = self._loading.get(key)
         if loading is None:
-            loading = asyncio.ensure_future(self._load(namespace))
-            self._loading[namespace] = loading
-            loading.add_done_callback(lambda _f: self._loading.pop(namespace, None))
+            loading = asyncio.ensure_future(self._load(key))
+            self._loading[key] = loading
+            loading.add_done_callback(lambda _f: self._loading.pop(key, None))
         return await asyncio.shield(loading)
 
-    async def _load(self, namespace: str) -> Policies:
+    async def _load(self, key: str) -> T:
         # Watch first: a change between the read and the watch is not missed.
-        if namespace not in self._watches and not self._closed:
-            self._watches[namespace] = self.store.watch(
-                policies_path(namespace), lambda event: self._on_event(namespace, event)
+        if key not in self._watches and not self._closed:
+            self._watches[key] = self.store.watch(
+                self.path(key), lambda event: self._on_event(key, event)
             )
         try:
-            policies = await self._read(namespace)
+            policies = await self._read(key)
         except NamespaceNotFoundError:
-            self.forget(namespace)
+            self.forget(key)
             raise
-        if not self._closed and namespace in self._watches:
+        if not self._closed and key in self._watches:
             # A change read meanwhile (the watch came first) is newer than this read.
-            return self._policies.setdefault(namespace, policies)
+            return self._policies.setdefault(key, policies)
         return policies
 
-    async def _read(self, namespace: str) -> Policies:
-        try:
-            policies, _version = await read_policies(self.store, namespace)
-        except InvalidPolicyError as exc:
-            log.warning(
-                "[%s] unreadable policies (%s): the broker's defaults apply", namespace, exc
-            )
-            return Policies()
-        return policies
+    def _on_event(self, key: str, event: WatchEvent) -> None:
+        if self._closed or key not in self._watches:
+            return
+        if event.type is EventType.DELETED and not self.refresh_on_delete:
+            self._policies.pop(key, None)  # read again by whoever asks next
+            return
+        if key in self._refreshing:
+            self._stale.add(key)
+            return
+        task = asyncio.ensure_future(self._refresh(key))
+        self._refreshing[key] = task
 
-    def _on_event(self, namespace: str, event: WatchEvent) -> None:
-        if self._closed or namespace not in self._watches:
-            return
-        if event.type is EventType.DELETED:
-            self._policies.pop(namespace, None)  # read again by whoever asks next
-            return
-        if namespace in self._refreshing:
-            self._stale.add(namespace)
-            return
-        task = asyncio.ensure_future(self._refresh(namespace))
-        self._refreshing[namespace] = task
-
-    async def _refresh(self, namespace: str) -> None:
-        """Read the changed policies (again, while they keep changing, and with back-off
-        while the store fails) and apply them."""
+    async def _refresh(self, key: str) -> None:
+        """Read the changed document (again, while it keeps changing, and with back-off
+        while the store fails) and apply it."""
         backoff = Backoff(initial=REFRESH_RETRY_S, maximum=REFRESH_RETRY_MAX_S)
         try:
             while True:
-                if self._closed or namespace not in self._watches:
+                if self._closed or key not in self._watches:
                     return
-                self._stale.discard(namespace)
+                self._stale.discard(key)
                 try:
-                    policies = await self._read(namespace)
+                    policies = await self._read(key)
                 except NamespaceNotFoundError:
-                    self._policies.pop(namespace, None)
+                    self._policies.pop(key, None)
                     return
                 except MetadataError as exc:
                     delay = backoff.next_delay()
                     log.warning(
                         "[%s] reading changed policies failed (%s): again in %.1fs",
-                        namespace,
+                        key,
                         exc,
                         delay,
                     )
                     await asyncio.sleep(delay)
                     continue
                 backoff.reset()
-                if self._closed or namespace not in self._watches:
+                if self._closed or key not in self._watches:
                     return
-                self._policies[namespace] = policies
-                log.info("[%s] namespace policies changed", namespace)
+                self._policies[key] = policies
+                log.info("[%s] policies changed", key)
                 if self.on_change is not None:
                     try:
-                        await self.on_change(namespace, policies)
+                        await self.on_change(key, policies)
                     except Exception:
-                        log.exception("[%s] applying changed policies failed", namespace)
-                if namespace not in self._stale:
+                        log.exception("[%s] applying changed policies failed", key)
+                if key not in self._stale:
                     return
         finally:
-            self._refreshing.pop(namespace, None)
+            self._refreshing.pop(key, None)
 
-    def forget(self, namespace: str) -> None:
-        """Stop watching a namespace (no topic of it is served here any more)."""
-        handle = self._watches.pop(namespace, None)
+    def forget(self, key: str) -> None:
+        """Stop watching a key (no topic that needs it is served here any more)."""
+        handle = self._watches.pop(key, None)
         if handle is not None:
             handle.cancel()
-        self._policies.pop(namespace, None)
+        self._policies.pop(key, None)
 
-    def retain(self, namespaces: set[str]) -> None:
-        """Forget every namespace not in ``namespaces``."""
-        for namespace in list(self._watches):
-            if namespace not in namespaces:
-                self.forget(namespace)
+    def retain(self, keys: set[str]) -> None:
+        """Forget every key not in ``keys``."""
+        for key in list(self._watches):
+            if key not in keys:
+                self.forget(key)
 
     async def close(self) -> None:
         self._closed = True
-        for namespace in list(self._watches):
-            self.forget(namespace)
+        for key in list(self._watches):
+            self.forget(key)
         tasks = list(self._refreshing.values())
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+class NamespacePolicyCache(PolicyCache[Policies]):
+    """Each namespace's ``Policies``, read the first time a topic of it is opened here and
+    watched from then on; a document that cannot be read gives the broker's defaults (and
+    a warning): bad metadata never stops a topic from being served."""
+
+    def path(self, key: str) -> str:
+        return policies_path(key)
+
+    async def _read(self, key: str) -> Policies:
+        try:
+            policies, _version = await read_policies(self.store, key)
+        except InvalidPolicyError as exc:
+            log.warning("[%s] unreadable policies (%s): the broker's defaults apply", key, exc)
+            return Policies()
+        return policies

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from stripemq.bookie.client import BookKeeper
@@ -30,6 +31,11 @@ from stripemq.broker.policies import BacklogQuota, DispatchRate, Policies, Publi
 from stripemq.broker.policy_tasks import PolicyChecks
 from stripemq.broker.schema import CompatibilityStrategy, SchemaRegistry
 from stripemq.broker.topic import PersistentTopic, TopicLifecycle
+from stripemq.broker.topic_policies import (
+    TopicLevelPolicies,
+    TopicPolicyCache,
+    topic_policies_key,
+)
 from stripemq.errors import BrokerError, StripeMQError
 from stripemq.managed_ledger.config import ManagedLedgerConfig
 from stripemq.managed_ledger.ledger_list import LedgerList, managed_ledger_path
@@ -103,6 +109,7 @@ class BrokerService:
         )
         # Namespace policies, watched while topics of theirs are served here.
         self.namespace_policies = NamespacePolicyCache(store, self._namespace_policies_changed)
+        self.topic_policies = TopicPolicyCache(store, self._topic_policies_changed)
         self.policy_checks = PolicyChecks(
             lambda: list(self.topics.values()),
             message_expiry_interval_s=self.policies.message_expiry_check_interval_s,
@@ -138,28 +145,55 @@ class BrokerService:
 
         Raises ``NamespaceNotFoundError`` if the namespace does not exist."""
         policies = await self.namespace_policies.get(topic_name.namespace_name, watch=watch)
-        return resolve(policies, self.policies, self.cluster)
+        own = await self.topic_policies.get(topic_policies_key(topic_name), watch=watch)
+        return self._resolve(policies, own)
+
+    def _resolve(self, namespace: Policies, own: TopicLevelPolicies) -> EffectivePolicies:
+        """A topic's own policies, else its namespace's, else this broker's settings."""
+        return resolve(own.over(namespace, self.cluster), self.policies, self.cluster)
 
     async def _namespace_policies_changed(self, namespace: str, policies: Policies) -> None:
-        """Apply a namespace's changed policies to its topics served here, live: each
-        topic on its own (one that fails is logged and the others still change), topics
-        that are closing or being deleted left out."""
-        effective = resolve(policies, self.policies, self.cluster)
+        """Apply a namespace's changed policies to its topics served here, live."""
+        await self._reapply(
+            lambda name: name.namespace_name == namespace,
+            lambda name: self._resolve(policies, self._own_policies(name)),
+        )
+
+    async def _topic_policies_changed(self, key: str, own: TopicLevelPolicies) -> None:
+        """Apply a topic's changed policies to it (each of its partitions served here)."""
+        namespace = await self.namespace_policies.get(key.rpartition("/")[0])
+        await self._reapply(
+            lambda name: topic_policies_key(name) == key,
+            lambda _name: self._resolve(namespace, own),
+        )
+
+    def _own_policies(self, name: TopicName) -> TopicLevelPolicies:
+        return self.topic_policies.cached(topic_policies_key(name)) or TopicLevelPolicies()
+
+    async def _reapply(
+        self,
+        which: Callable[[TopicName], bool],
+        effective: Callable[[TopicName], EffectivePolicies],
+    ) -> None:
+        """Apply changed policies to the topics served here that ``which`` picks: each
+        on its own (one that fails is logged and the others still change), topics that
+        are closing or being deleted left out."""
         for topic in list(self.topics.values()):
-            if topic.topic_name.namespace_name != namespace or not topic.serving:
+            if not which(topic.topic_name) or not topic.serving:
                 continue
             try:
-                await topic.apply_policies(effective)
+                await topic.apply_policies(effective(topic.topic_name))
             except StripeMQError as exc:
                 log.warning("[%s] changed policies not applied: %s", topic.name, exc)
             except Exception:
                 log.exception("[%s] changed policies not applied", topic.name)
 
     def _retain_policy_watches(self) -> None:
-        """Watch only the namespaces of topics served here, or being opened."""
-        namespaces = {t.topic_name.namespace_name for t in self.topics.values()}
-        namespaces.update(TopicName.parse(name).namespace_name for name in self._opening)
-        self.namespace_policies.retain(namespaces)
+        """Watch only the namespaces and topics served here, or being opened."""
+        names = [t.topic_name for t in self.topics.values()]
+        names += [TopicName.parse(name) for name in self._opening]
+        self.namespace_policies.retain({name.namespace_name for name in names})
+        self.topic_policies.retain({topic_policies_key(name) for name in names})
 
     async def topics_of_namespace(self, namespace: str) -> list[str]:
         """Every persistent topic of a namespace that has been created (partitions by name)."""
@@ -273,10 +307,11 @@ class BrokerService:
         )
         # Its namespace's policies (retention, rates, deduplication...), kept up to date by
         # the cache's watch from now on.
-        namespace = topic_name.namespace_name
+        namespace, key = topic_name.namespace_name, topic_policies_key(topic_name)
         try:
             policies = await self.namespace_policies.get(namespace)
-            await topic.apply_policies(resolve(policies, self.policies, self.cluster))
+            own = await self.topic_policies.get(key)
+            await topic.apply_policies(self._resolve(policies, own))
             await topic.wait_for_deduplication()
         except BaseException:
             with contextlib.suppress(StripeMQError):
@@ -285,9 +320,10 @@ class BrokerService:
         self.topics[str(topic_name)] = topic
         # A change applied to the namespace's topics while this one was opening missed it:
         # from here on the watch reaches it, and what changed before is applied now.
-        latest = self.namespace_policies.cached(namespace)
-        if latest is not None and latest is not policies:
-            await topic.apply_policies(resolve(latest, self.policies, self.cluster))
+        latest = self.namespace_policies.cached(namespace) or policies
+        latest_own = self.topic_policies.cached(key) or own
+        if latest is not policies or latest_own is not own:
+            await topic.apply_policies(self._resolve(latest, latest_own))
         log.info("serving topic %s", topic_name)
         return topic
 
@@ -369,6 +405,7 @@ class BrokerService:
         await self.leader_election.stop(release=False)
         await self.policy_checks.stop()
         await self.namespace_policies.close()
+        await self.topic_policies.close()
         for topic in list(self.topics.values()):
             await topic.abandon()
         self.topics.clear()
@@ -382,6 +419,7 @@ class BrokerService:
             log.warning("could not leave the leader election: %s", exc)
         await self.policy_checks.stop()
         await self.namespace_policies.close()
+        await self.topic_policies.close()
         for topic in list(self.topics.values()):
             try:
                 await topic.close()

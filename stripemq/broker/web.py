@@ -28,6 +28,7 @@ from stripemq.broker.admin import (
     persistent,
     schemas,
     tenants,
+    topic_policies,
 )
 from stripemq.broker.admin.access import access_middleware
 from stripemq.broker.admin.rest import (
@@ -66,7 +67,16 @@ def build_app(ctx: AdminContext, extra_collectors: Iterable[Collector] = ()) -> 
         middlewares.append(access_middleware(ctx.security))
     middlewares.append(trailing_slash_middleware)
     app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
-    for module in (clusters, tenants, namespaces, persistent, schemas, brokers, lookup):
+    for module in (
+        clusters,
+        tenants,
+        namespaces,
+        persistent,
+        topic_policies,
+        schemas,
+        brokers,
+        lookup,
+    ):
         module.add_routes(app.router, ctx)
     add_metrics_routes(app.router, ctx, list(extra_collectors))
     return app

@@ -20,6 +20,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from stripemq.cli import security_options
@@ -283,34 +284,7 @@ def _add_namespaces(commands: Any) -> None:
         _ns_revoke_permission,
     ).add_argument("--role", required=True, help="client role whose permissions to revoke")
 
-    retention = _namespace_command(
-        commands, "set-retention", "Set the retention policy of a namespace", _ns_set_retention
-    )
-    retention.add_argument(
-        "-t",
-        "--time",
-        required=True,
-        help="retention time: seconds, or with a unit (100m, 3h, 2d, 5w); 0 none, -1 infinite",
-    )
-    retention.add_argument(
-        "-s",
-        "--size",
-        required=True,
-        help="retention size: bytes, or with a unit (10M, 16G, 3T); 0 none, -1 infinite",
-    )
-    _policy_get_remove(commands, "retention", "retention", "the retention policy")
-
-    ttl = _namespace_command(
-        commands, "set-message-ttl", "Set the message TTL of a namespace", _ns_set_message_ttl
-    )
-    ttl.add_argument(
-        "-ttl",
-        "--messageTTL",
-        dest="message_ttl",
-        required=True,
-        help="message TTL: seconds, or with a unit (100m, 3h, 2d, 5w); 0 disables TTL",
-    )
-    _policy_get_remove(commands, "message-ttl", "messageTTL", "the message TTL")
+    _add_policy_commands(commands, NAMESPACE_LEVEL)
 
     expiration = _namespace_command(
         commands,
@@ -332,73 +306,6 @@ def _add_namespaces(commands: Any) -> None:
         "the subscription expiration time",
     )
 
-    quota = _namespace_command(
-        commands, "set-backlog-quota", "Set a backlog quota of a namespace", _ns_set_backlog_quota
-    )
-    quota.add_argument("-l", "--limit", help="size limit (10M, 16G), for destination_storage")
-    quota.add_argument(
-        "-lt",
-        "--limitTime",
-        dest="limit_time",
-        help="time limit: seconds, or with a unit (100m, 3h, 2d, 5w), for message_age",
-    )
-    quota.add_argument(
-        "-p",
-        "--policy",
-        required=True,
-        help=f"what to do when the limit is reached: {', '.join(BACKLOG_QUOTA_POLICIES)}",
-    )
-    quota.add_argument(
-        "-t",
-        "--type",
-        dest="quota_type",
-        default="destination_storage",
-        help=f"backlog quota type: {', '.join(BACKLOG_QUOTA_TYPES)} (default destination_storage)",
-    )
-    _namespace_command(
-        commands,
-        "get-backlog-quotas",
-        "Get the backlog quota policies of a namespace",
-        _ns_get_backlog_quotas,
-        aliases=("get-backlog-quota",),
-    )
-    remove_quota = _namespace_command(
-        commands,
-        "remove-backlog-quota",
-        "Remove a backlog quota policy from a namespace",
-        _ns_remove_backlog_quota,
-    )
-    remove_quota.add_argument(
-        "-t", "--type", dest="quota_type", default="destination_storage", help="backlog quota type"
-    )
-
-    dedup = _namespace_command(
-        commands,
-        "set-deduplication",
-        "Enable or disable deduplication for a namespace",
-        _ns_set_deduplication,
-    )
-    _enable_disable(dedup, "deduplication")
-    _policy_get_remove(commands, "deduplication", "deduplication", "deduplication")
-
-    strategy = _namespace_command(
-        commands,
-        "set-schema-compatibility-strategy",
-        "Set the schema compatibility strategy of a namespace",
-        _ns_set_schema_strategy,
-    )
-    strategy.add_argument(
-        "-c",
-        "--compatibility",
-        required=True,
-        help="strategy: " + ", ".join(SCHEMA_STRATEGIES),
-    )
-    _namespace_command(
-        commands,
-        "get-schema-compatibility-strategy",
-        "Get the schema compatibility strategy of a namespace",
-        _ns_get_policy,
-    ).set_defaults(endpoint="schemaCompatibilityStrategy")
     auto_update = _namespace_command(
         commands,
         "set-is-allow-auto-update-schema",
@@ -425,58 +332,10 @@ def _add_namespaces(commands: Any) -> None:
         commands,
         "get-schema-validation-enforce",
         "Get whether producers without a schema are refused on topics that have one",
-        _ns_get_schema_validation_enforce,
+        _ns_get_policy,
     )
-    get_enforce.add_argument(
-        "-ap", "--applied", action="store_true", help="what applies (the broker's setting too)"
-    )
-
-    publish = _namespace_command(
-        commands,
-        "set-publish-rate",
-        "Set the publish rate of every topic of a namespace",
-        _ns_set_publish_rate,
-    )
-    publish.add_argument(
-        "-m", "--msg-publish-rate", type=int, default=-1, help="messages a second (-1: no limit)"
-    )
-    publish.add_argument(
-        "-b", "--byte-publish-rate", type=int, default=-1, help="bytes a second (-1: no limit)"
-    )
-    _policy_get_remove(commands, "publish-rate", "publishRate", "the publish rate")
-
-    for name, endpoint, about in (
-        ("dispatch-rate", "dispatchRate", "the message dispatch rate of every topic"),
-        (
-            "subscription-dispatch-rate",
-            "subscriptionDispatchRate",
-            "the message dispatch rate of every subscription",
-        ),
-    ):
-        rate = _namespace_command(
-            commands, f"set-{name}", f"Set {about} of a namespace", _ns_set_dispatch_rate
-        )
-        rate.set_defaults(endpoint=endpoint)
-        rate.add_argument(
-            "-md", "--msg-dispatch-rate", type=int, default=-1, help="messages per period (-1)"
-        )
-        rate.add_argument(
-            "-bd", "--byte-dispatch-rate", type=int, default=-1, help="bytes per period (-1)"
-        )
-        rate.add_argument(
-            "-dt",
-            "--dispatch-rate-period",
-            type=int,
-            default=1,
-            help="the period in seconds (default 1)",
-        )
-        rate.add_argument(
-            "-rp",
-            "--relative-to-publish-rate",
-            action="store_true",
-            help="throttle to the publish rate plus this rate",
-        )
-        _policy_get_remove(commands, name, endpoint, about)
+    get_enforce.set_defaults(endpoint="schemaValidationEnforced")
+    _applied_option(get_enforce)
 
     auto = _namespace_command(
         commands,
@@ -524,14 +383,205 @@ def _add_namespaces(commands: Any) -> None:
     unsubscribe.add_argument("-b", "--bundle", help="{start-boundary}_{end-boundary}")
 
 
-def _policy_get_remove(commands: Any, name: str, endpoint: str, about: str) -> None:
-    """``get-<name>`` and ``remove-<name>`` of a namespace policy at ``/<endpoint>``."""
-    get = _namespace_command(commands, f"get-{name}", f"Get {about} of a namespace", _ns_get_policy)
+@dataclass(frozen=True)
+class PolicyLevel:
+    """Where the policy commands of a group act (pulsar-admin's namespaces or
+    topicPolicies), and the few flags and names that differ between the two."""
+
+    make: Callable[..., argparse.ArgumentParser]  # the command, with its positional
+    of: str  # "of a namespace", "of a topic"
+    ttl_flags: tuple[str, str]
+    strategy_flags: tuple[str, str]
+    deduplication: str  # its endpoint
+    quota_getter: str  # get-backlog-quotas, get-backlog-quota
+    applied: bool  # the get- commands take -ap
+
+
+def _policy_get_remove(
+    commands: Any, name: str, endpoint: str, about: str, level: PolicyLevel | None = None
+) -> None:
+    """``get-<name>`` and ``remove-<name>`` of a policy at ``/<endpoint>``."""
+    level = level or NAMESPACE_LEVEL
+    get = level.make(commands, f"get-{name}", f"Get {about} {level.of}", _ns_get_policy)
     get.set_defaults(endpoint=endpoint)
-    remove = _namespace_command(
-        commands, f"remove-{name}", f"Remove {about} of a namespace", _ns_remove_policy
-    )
+    if level.applied:
+        _applied_option(get)
+    remove = level.make(commands, f"remove-{name}", f"Remove {about} {level.of}", _ns_remove_policy)
     remove.set_defaults(endpoint=endpoint)
+
+
+def _applied_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-ap", "--applied", action="store_true", help="what applies (from above if unset here)"
+    )
+
+
+def _add_policy_commands(commands: Any, level: PolicyLevel) -> None:
+    """The policies namespaces and topics both have, with pulsar-admin's commands."""
+    make, of = level.make, level.of
+    retention = make(commands, "set-retention", f"Set the retention policy {of}", _ns_set_retention)
+    retention.add_argument(
+        "-t",
+        "--time",
+        required=True,
+        help="retention time: seconds, or with a unit (100m, 3h, 2d, 5w); 0 none, -1 infinite",
+    )
+    retention.add_argument(
+        "-s",
+        "--size",
+        required=True,
+        help="retention size: bytes, or with a unit (10M, 16G, 3T); 0 none, -1 infinite",
+    )
+    _policy_get_remove(commands, "retention", "retention", "the retention policy", level)
+
+    ttl = make(commands, "set-message-ttl", f"Set the message TTL {of}", _ns_set_message_ttl)
+    ttl.add_argument(
+        *level.ttl_flags,
+        dest="message_ttl",
+        required=True,
+        help="message TTL: seconds, or with a unit (100m, 3h, 2d, 5w); 0 disables TTL",
+    )
+    _policy_get_remove(commands, "message-ttl", "messageTTL", "the message TTL", level)
+
+    quota = make(commands, "set-backlog-quota", f"Set a backlog quota {of}", _ns_set_backlog_quota)
+    quota.add_argument("-l", "--limit", help="size limit (10M, 16G), for destination_storage")
+    quota.add_argument(
+        "-lt",
+        "--limitTime",
+        dest="limit_time",
+        help="time limit: seconds, or with a unit (100m, 3h, 2d, 5w), for message_age",
+    )
+    quota.add_argument(
+        "-p",
+        "--policy",
+        required=True,
+        help=f"what to do when the limit is reached: {', '.join(BACKLOG_QUOTA_POLICIES)}",
+    )
+    quota.add_argument(
+        "-t",
+        "--type",
+        dest="quota_type",
+        default="destination_storage",
+        help=f"backlog quota type: {', '.join(BACKLOG_QUOTA_TYPES)} (default destination_storage)",
+    )
+    others = ("get-backlog-quota",) if level.quota_getter == "get-backlog-quotas" else ()
+    quotas = make(
+        commands,
+        level.quota_getter,
+        f"Get the backlog quota policies {of}",
+        _ns_get_backlog_quotas,
+        aliases=others,
+    )
+    if level.applied:
+        _applied_option(quotas)
+    remove_quota = make(
+        commands,
+        "remove-backlog-quota",
+        f"Remove a backlog quota policy {of}",
+        _ns_remove_backlog_quota,
+    )
+    remove_quota.add_argument(
+        "-t", "--type", dest="quota_type", default="destination_storage", help="backlog quota type"
+    )
+
+    dedup = make(
+        commands, "set-deduplication", f"Enable or disable deduplication {of}", _ns_set_flag
+    )
+    dedup.set_defaults(endpoint=level.deduplication)
+    _enable_disable(dedup, "deduplication")
+    _policy_get_remove(commands, "deduplication", level.deduplication, "deduplication", level)
+
+    publish = make(commands, "set-publish-rate", f"Set the publish rate {of}", _ns_set_publish_rate)
+    publish.add_argument(
+        "-m", "--msg-publish-rate", type=int, default=-1, help="messages a second (-1: no limit)"
+    )
+    publish.add_argument(
+        "-b", "--byte-publish-rate", type=int, default=-1, help="bytes a second (-1: no limit)"
+    )
+    _policy_get_remove(commands, "publish-rate", "publishRate", "the publish rate", level)
+
+    for name, endpoint, about in (
+        ("dispatch-rate", "dispatchRate", "the message dispatch rate"),
+        (
+            "subscription-dispatch-rate",
+            "subscriptionDispatchRate",
+            "the message dispatch rate of each subscription",
+        ),
+    ):
+        rate = make(commands, f"set-{name}", f"Set {about} {of}", _ns_set_dispatch_rate)
+        rate.set_defaults(endpoint=endpoint)
+        rate.add_argument(
+            "-md", "--msg-dispatch-rate", type=int, default=-1, help="messages per period (-1)"
+        )
+        rate.add_argument(
+            "-bd", "--byte-dispatch-rate", type=int, default=-1, help="bytes per period (-1)"
+        )
+        rate.add_argument(
+            "-dt",
+            "--dispatch-rate-period",
+            type=int,
+            default=1,
+            help="the period in seconds (default 1)",
+        )
+        rate.add_argument(
+            "-rp",
+            "--relative-to-publish-rate",
+            action="store_true",
+            help="throttle to the publish rate plus this rate",
+        )
+        _policy_get_remove(commands, name, endpoint, about, level)
+
+    strategy = make(
+        commands,
+        "set-schema-compatibility-strategy",
+        f"Set the schema compatibility strategy {of}",
+        _ns_set_schema_strategy,
+    )
+    strategy.add_argument(
+        *level.strategy_flags,
+        dest="compatibility",
+        required=True,
+        help="strategy: " + ", ".join(SCHEMA_STRATEGIES),
+    )
+    _policy_get_remove(
+        commands,
+        "schema-compatibility-strategy",
+        "schemaCompatibilityStrategy",
+        "the schema compatibility strategy",
+        level,
+    )
+
+
+def _topic_policy_command(commands: Any, name: str, about: str, handler: Handler, **kw: Any) -> Any:
+    parser = _topic_command(commands, name, about, handler, **kw)
+    parser.add_argument(
+        "-g", "--global", dest="is_global", action="store_true", help=argparse.SUPPRESS
+    )
+    return parser
+
+
+NAMESPACE_LEVEL = PolicyLevel(
+    make=lambda *a, **kw: _namespace_command(*a, **kw),
+    of="of a namespace",
+    ttl_flags=("-ttl", "--messageTTL"),
+    strategy_flags=("-c", "--compatibility"),
+    deduplication="deduplication",
+    quota_getter="get-backlog-quotas",
+    applied=False,
+)
+TOPIC_LEVEL = PolicyLevel(
+    make=lambda *a, **kw: _topic_policy_command(*a, **kw),
+    of="of a topic",
+    ttl_flags=("-t", "--ttl"),
+    strategy_flags=("-s", "--strategy"),
+    deduplication="deduplicationEnabled",
+    quota_getter="get-backlog-quota",
+    applied=True,
+)
+
+
+def _add_topic_policies(commands: Any) -> None:
+    _add_policy_commands(commands, TOPIC_LEVEL)
 
 
 def _enable_disable(parser: argparse.ArgumentParser, what: str) -> None:
@@ -759,6 +809,7 @@ def _add_topics(commands: Any) -> None:
         _topics_terminate,
     )
     _topic_command(commands, "lookup", "Look up the broker serving a topic", _topics_lookup)
+    _add_topic_schema_validation(commands)
 
 
 def _system_topics_option(parser: argparse.ArgumentParser) -> None:
@@ -812,6 +863,25 @@ _BROKER_READS = (
         "/admin/v2/brokers/configuration/values",
     ),
 )
+
+
+def _add_topic_schema_validation(commands: Any) -> None:
+    """pulsar-admin's only commands for a topic's schemaValidationEnforced (under topics)."""
+    enforce = _topic_command(
+        commands,
+        "set-schema-validation-enforce",
+        "Refuse (or not) producers without a schema on a topic with one",
+        _topic_set_schema_validation_enforce,
+    )
+    enforce.add_argument("-e", "--enable", action="store_true", help="enforce (else: do not)")
+    get = _topic_command(
+        commands,
+        "get-schema-validation-enforce",
+        "Get whether producers without a schema are refused on a topic",
+        _ns_get_policy,
+    )
+    get.set_defaults(endpoint="schemaValidationEnforced")
+    _applied_option(get)
 
 
 def _add_brokers(commands: Any) -> None:
@@ -875,6 +945,7 @@ GROUPS: dict[str, tuple[str, Callable[[Any], None]]] = {
     "topics": ("Operations on persistent topics", _add_topics),
     "brokers": ("Operations about brokers", _add_brokers),
     "schemas": ("Operations about schemas", _add_schemas),
+    "topicPolicies": ("Operations on the policies of persistent topics", _add_topic_policies),
 }
 
 
@@ -1097,7 +1168,7 @@ def _ns_revoke_permission(args: argparse.Namespace, client: AdminClient) -> Any:
 
 
 def _ns_set_retention(args: argparse.Namespace, client: AdminClient) -> Any:
-    path = _ns_path(args)
+    path = _policy_path(args)
     body = {
         "retentionTimeInMinutes": retention_minutes(parse_relative_seconds(args.time)),
         "retentionSizeInMB": retention_megabytes(parse_size(args.size)),
@@ -1107,8 +1178,11 @@ def _ns_set_retention(args: argparse.Namespace, client: AdminClient) -> Any:
 
 
 def _ns_set_message_ttl(args: argparse.Namespace, client: AdminClient) -> Any:
-    path = _ns_path(args)
-    client.post(f"{path}/messageTTL", body=parse_relative_seconds(args.message_ttl))
+    path, seconds = _policy_path(args), parse_relative_seconds(args.message_ttl)
+    if _topic_level(args):  # Pulsar takes a topic's TTL as a query parameter
+        client.post(f"{path}/messageTTL", query={"messageTTL": seconds})
+    else:
+        client.post(f"{path}/messageTTL", body=seconds)
     return NOTHING
 
 
@@ -1120,7 +1194,7 @@ def _ns_set_subscription_expiration(args: argparse.Namespace, client: AdminClien
 
 
 def _ns_set_backlog_quota(args: argparse.Namespace, client: AdminClient) -> Any:
-    path = _ns_path(args)
+    path = _policy_path(args)
     if args.policy not in BACKLOG_QUOTA_POLICIES:
         raise ArgumentFormatError(
             f"invalid retention policy type {args.policy!r}: valid options are "
@@ -1146,11 +1220,11 @@ def _ns_set_backlog_quota(args: argparse.Namespace, client: AdminClient) -> Any:
 
 
 def _ns_get_backlog_quotas(args: argparse.Namespace, client: AdminClient) -> Any:
-    return client.get(f"{_ns_path(args)}/backlogQuotaMap").json()
+    return client.get(f"{_policy_path(args)}/backlogQuotaMap", query=_applied(args)).json()
 
 
 def _ns_remove_backlog_quota(args: argparse.Namespace, client: AdminClient) -> Any:
-    path = _ns_path(args)
+    path = _policy_path(args)
     if args.quota_type not in BACKLOG_QUOTA_TYPES:
         raise ArgumentFormatError(
             f"invalid backlog quota type {args.quota_type!r}: valid options are "
@@ -1166,15 +1240,9 @@ def _enabled(args: argparse.Namespace) -> bool:
     return bool(args.enable)
 
 
-def _ns_set_deduplication(args: argparse.Namespace, client: AdminClient) -> Any:
-    path = _ns_path(args)
-    client.post(f"{path}/deduplication", body=_enabled(args))
-    return NOTHING
-
-
 def _ns_set_flag(args: argparse.Namespace, client: AdminClient) -> Any:
     """``--enable`` / ``--disable`` of a bare-bool policy at ``/<endpoint>``."""
-    client.post(f"{_ns_path(args)}/{args.endpoint}", body=_enabled(args))
+    client.post(f"{_policy_path(args)}/{args.endpoint}", body=_enabled(args))
     return NOTHING
 
 
@@ -1185,17 +1253,18 @@ def _ns_set_schema_strategy(args: argparse.Namespace, client: AdminClient) -> An
             f"Illegal schema compatibility strategy {args.compatibility}. Possible values: "
             f"[{', '.join(SCHEMA_STRATEGIES)}]"
         )
-    client.put(f"{_ns_path(args)}/schemaCompatibilityStrategy", body=strategy)
+    client.put(f"{_policy_path(args)}/schemaCompatibilityStrategy", body=strategy)
     return NOTHING
 
 
-def _ns_get_schema_validation_enforce(args: argparse.Namespace, client: AdminClient) -> Any:
-    query = {"applied": True} if args.applied else None
-    return client.get(f"{_ns_path(args)}/schemaValidationEnforced", query=query).json()
+def _topic_set_schema_validation_enforce(args: argparse.Namespace, client: AdminClient) -> Any:
+    """pulsar-admin's ``topics set-schema-validation-enforce``: ``-e`` enforces, else off."""
+    client.post(f"{_policy_path(args)}/schemaValidationEnforced", body=bool(args.enable))
+    return NOTHING
 
 
 def _ns_set_publish_rate(args: argparse.Namespace, client: AdminClient) -> Any:
-    path = _ns_path(args)
+    path = _policy_path(args)
     body = {
         "publishThrottlingRateInMsg": args.msg_publish_rate,
         "publishThrottlingRateInByte": args.byte_publish_rate,
@@ -1205,7 +1274,7 @@ def _ns_set_publish_rate(args: argparse.Namespace, client: AdminClient) -> Any:
 
 
 def _ns_set_dispatch_rate(args: argparse.Namespace, client: AdminClient) -> Any:
-    path = _ns_path(args)
+    path = _policy_path(args)
     body = {
         "dispatchThrottlingRateInMsg": args.msg_dispatch_rate,
         "dispatchThrottlingRateInByte": args.byte_dispatch_rate,
@@ -1235,12 +1304,28 @@ def _ns_set_auto_topic_creation(args: argparse.Namespace, client: AdminClient) -
 
 
 def _ns_get_policy(args: argparse.Namespace, client: AdminClient) -> Any:
-    return client.get(f"{_ns_path(args)}/{args.endpoint}").json()
+    return client.get(f"{_policy_path(args)}/{args.endpoint}", query=_applied(args)).json()
 
 
 def _ns_remove_policy(args: argparse.Namespace, client: AdminClient) -> Any:
-    client.delete(f"{_ns_path(args)}/{args.endpoint}")
+    client.delete(f"{_policy_path(args)}/{args.endpoint}")
     return NOTHING
+
+
+def _topic_level(args: argparse.Namespace) -> bool:
+    return getattr(args, "namespace", None) is None
+
+
+def _policy_path(args: argparse.Namespace) -> str:
+    """Where a policy command's policies live: its namespace's, or its topic's (a
+    partition's are its partitioned topic's)."""
+    if not _topic_level(args):
+        return _ns_path(args)
+    return f"/admin/v2/{_topic(args, persistent=True).partitioned_topic.rest_path}"
+
+
+def _applied(args: argparse.Namespace) -> dict[str, Any] | None:
+    return {"applied": True} if getattr(args, "applied", False) else None
 
 
 def _bundle_path(args: argparse.Namespace) -> str:

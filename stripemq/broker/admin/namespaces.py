@@ -44,7 +44,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 from aiohttp import web
@@ -104,6 +104,7 @@ from stripemq.security.authorization import parse_actions
 
 log = logging.getLogger(__name__)
 
+P = TypeVar("P")  # a policy document (a namespace's, a topic's)
 BASE = "/admin/v2/namespaces"
 NS = f"{BASE}/{{tenant}}/{{namespace}}"
 # How long one policy change retries its compare-and-set against other writers before
@@ -396,24 +397,39 @@ def policies_for_new_namespace(body: object, cluster: str) -> Policies:
 async def update_policies(
     ctx: AdminContext, namespace: str, change: Callable[[Policies], Policies]
 ) -> None:
-    """Apply ``change`` to the namespace's policies by compare-and-set (read again and
-    retried when another writer got there first); an error ``change`` raises leaves them
-    as they were. Unchanged policies are not written."""
+    """Apply ``change`` to the namespace's policies by compare-and-set (``compare_and_set``)."""
+    try:
+        await compare_and_set(
+            lambda: read_policies(ctx.store, namespace),
+            lambda policies, version: write_policies(ctx.store, namespace, policies, version),
+            change,
+        )
+    except NotFoundError:
+        raise not_found("Namespace does not exist") from None
+    log.info("policies of %s changed", namespace)
+
+
+async def compare_and_set(
+    read: Callable[[], Awaitable[tuple[P, int]]],
+    write: Callable[[P, int], Awaitable[None]],
+    change: Callable[[P], P],
+) -> None:
+    """Apply ``change`` to a policy document by compare-and-set: read again and retried
+    when another writer got there first (``BadVersionError``), with jittered back-off up
+    to ``POLICY_WRITE_DEADLINE_S``, then 409. An error ``change`` raises leaves it as it
+    was; an unchanged document is not written."""
     initial, maximum = POLICY_WRITE_BACKOFF_S
     backoff = Backoff(initial, maximum, deadline=POLICY_WRITE_DEADLINE_S, jitter=True)
     while not backoff.expired:
-        policies, version = await read_policies(ctx.store, namespace)
-        changed = change(policies)
-        if changed == policies:
+        document, version = await read()
+        changed = change(document)
+        if changed == document:
             return
         try:
-            await write_policies(ctx.store, namespace, changed, version)
+            await write(changed, version)
         except BadVersionError:
             await backoff.sleep()
             continue
-        except NotFoundError:
-            raise not_found("Namespace does not exist") from None
-        log.info("policies of %s changed", namespace)
         return
     raise conflict("Concurrent modification")
 
@@ -724,17 +740,22 @@ def add_routes(router: web.UrlDispatcher, ctx: AdminContext) -> None:
     router.add_post(f"{NS}/{{bundle}}/unsubscribe/{{subscription}}", on_bundle(UNSUBSCRIBE))
 
 
+def policy_scope(ctx: AdminContext, request: web.Request) -> PolicyScope:
+    """What a policy request applies to: this broker's cluster and defaults, its query."""
+    config = ctx.config
+    return PolicyScope(
+        ctx.cluster,
+        request.query,
+        allow_auto_update_schema=config.is_allow_auto_update_schema_enabled,
+        schema_validation_enforced=config.is_schema_validation_enforced,
+    )
+
+
 def _add_policy_routes(router: web.UrlDispatcher, ctx: AdminContext, ep: PolicyEndpoint) -> None:
     path = f"{NS}/{ep.path}"
 
     def scope(request: web.Request) -> PolicyScope:
-        config = ctx.config
-        return PolicyScope(
-            ctx.cluster,
-            request.query,
-            allow_auto_update_schema=config.is_allow_auto_update_schema_enabled,
-            schema_validation_enforced=config.is_schema_validation_enforced,
-        )
+        return policy_scope(ctx, request)
 
     async def get(request: web.Request) -> web.Response:
         policies, _ = await read_policies(ctx.store, namespace_of(request))

@@ -1,0 +1,133 @@
+"""Topic-level policies over HTTP (aiohttp's test server) on a memory:// store with a real
+``BrokerService``: Pulsar's paths and bodies, what is stored, what ``?applied=true``
+answers, and that the broker serving the topic obeys a change at once."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from admin_app import App, admin_app
+
+from stripemq.broker.policies import BacklogQuotaType
+from stripemq.broker.schema import CompatibilityStrategy
+from stripemq.broker.topic_policies import (
+    TopicLevelPolicies,
+    read_topic_policies,
+    topic_policies_key,
+)
+from stripemq.metadata import MetadataStore
+from stripemq.proto.topic_name import TopicName
+from stripemq.testing.polling import until
+
+TOPIC = "/admin/v2/persistent/public/default/orders"
+NS = "/admin/v2/namespaces/public/default"
+NAME = TopicName.parse("persistent://public/default/orders")
+
+
+@pytest.fixture
+async def app(store: MetadataStore) -> AsyncIterator[App]:
+    async with admin_app(store) as a:
+        assert (await a.call("PUT", TOPIC))[0] == 204
+        yield a
+
+
+async def own(app: App) -> TopicLevelPolicies:
+    return (await read_topic_policies(app.store, topic_policies_key(NAME)))[0]
+
+
+async def test_each_policy_is_set_read_and_removed(app: App) -> None:
+    cases = [
+        ("retention", "POST", {"retentionTimeInMinutes": 60, "retentionSizeInMB": 10}),
+        ("deduplicationEnabled", "POST", True),
+        (
+            "publishRate",
+            "POST",
+            {"publishThrottlingRateInMsg": 5, "publishThrottlingRateInByte": -1},
+        ),
+        ("schemaCompatibilityStrategy", "PUT", "BACKWARD"),
+    ]
+    assert await app.call("GET", f"{TOPIC}/schemaValidationEnforced") == (200, False)
+    for path, method, body in cases:
+        assert (await app.call("GET", f"{TOPIC}/{path}"))[0] == 204, path  # unset
+        assert (await app.call(method, f"{TOPIC}/{path}", body))[0] == 204, path
+        assert await app.call("GET", f"{TOPIC}/{path}") == (200, body), path
+    stored = await own(app)
+    assert stored.schema_compatibility_strategy is CompatibilityStrategy.BACKWARD
+    assert stored.retention is not None and stored.retention.retention_time_in_minutes == 60
+    for path, _, _ in cases:
+        assert (await app.call("DELETE", f"{TOPIC}/{path}"))[0] == 204
+        assert (await app.call("GET", f"{TOPIC}/{path}"))[0] == 204
+    assert await own(app) == TopicLevelPolicies()
+
+
+async def test_message_ttl_comes_as_a_query_parameter(app: App) -> None:
+    assert (await app.call("POST", f"{TOPIC}/messageTTL?messageTTL=90"))[0] == 204
+    assert await app.call("GET", f"{TOPIC}/messageTTL") == (200, 90)
+    assert (await app.call("POST", f"{TOPIC}/messageTTL?messageTTL=soon"))[0] == 412
+    assert (await app.call("POST", f"{TOPIC}/messageTTL?messageTTL=-1"))[0] == 412
+    assert await app.call("GET", f"{TOPIC}/messageTTL") == (200, 90)
+
+
+async def test_backlog_quotas_by_type(app: App) -> None:
+    quota = {"limitSize": 1024, "limitTime": -1, "policy": "producer_exception"}
+    assert (await app.call("POST", f"{TOPIC}/backlogQuota", quota))[0] == 204
+    status, quotas = await app.call("GET", f"{TOPIC}/backlogQuotaMap")
+    assert status == 200 and quotas["destination_storage"]["limitSize"] == 1024
+    assert (await app.call("DELETE", f"{TOPIC}/backlogQuota"))[0] == 204
+    assert (await own(app)).backlog_quotas == {}
+    age = "?backlogQuotaType=message_age"
+    assert (await app.call("POST", f"{TOPIC}/backlogQuota{age}", quota))[0] == 204
+    assert set((await own(app)).backlog_quotas) == {BacklogQuotaType.MESSAGE_AGE}
+
+
+async def test_applied_falls_back_to_the_namespace_and_the_broker(app: App) -> None:
+    assert (await app.call("POST", f"{NS}/messageTTL", 120))[0] == 204
+    assert (await app.call("GET", f"{TOPIC}/messageTTL"))[0] == 204
+    assert await app.call("GET", f"{TOPIC}/messageTTL?applied=true") == (200, 120)
+    assert (await app.call("POST", f"{TOPIC}/messageTTL?messageTTL=7"))[0] == 204
+    assert await app.call("GET", f"{TOPIC}/messageTTL?applied=true") == (200, 7)
+    strategy = await app.call("GET", f"{TOPIC}/schemaCompatibilityStrategy?applied=true")
+    assert strategy == (200, "UNDEFINED")  # as the namespace's GET answers it
+
+
+async def test_refusals(app: App) -> None:
+    assert await app.call("GET", "/admin/v2/persistent/public/default/none/retention") == (
+        404,
+        {"reason": "Topic persistent://public/default/none not found"},
+    )
+    status, body = await app.call("POST", f"{TOPIC}-partition-0/messageTTL?messageTTL=1")
+    assert (status, body["reason"]) == (412, "Not allowed to set/get topic policy for a partition")
+    assert (await app.call("POST", f"{TOPIC}/messageTTL?messageTTL=-5"))[1] == {
+        "reason": "Invalid value for message TTL"
+    }
+    assert (await app.call("PUT", f"{TOPIC}/schemaCompatibilityStrategy", "SIDEWAYS"))[0] == 412
+    assert (await app.call("POST", f"{TOPIC}/retention", {"retentionSizeInMB": "x"}))[0] == 412
+    assert (await app.call("POST", f"{TOPIC}/deduplicationEnabled", "yes"))[0] == 412
+    assert await own(app) == TopicLevelPolicies()
+
+
+async def test_a_partitioned_topics_policies_reach_its_partitions(app: App) -> None:
+    parts = "/admin/v2/persistent/public/default/parts"
+    assert (await app.call("PUT", f"{parts}/partitions", 2))[0] == 204
+    assert (await app.call("POST", f"{parts}/messageTTL?messageTTL=33"))[0] == 204
+    assert await app.call("GET", f"{parts}/messageTTL") == (200, 33)
+    partition = await app.service.get_topic(TopicName.parse("public/default/parts-partition-0"))
+    assert partition.policies.message_ttl_s == 33
+
+
+async def test_the_serving_broker_obeys_a_change_at_once(app: App) -> None:
+    topic = await app.service.get_topic(NAME)
+    assert topic.policies.message_ttl_s == 0
+    assert (await app.call("POST", f"{TOPIC}/messageTTL?messageTTL=45"))[0] == 204
+    await until(lambda: topic.policies.message_ttl_s == 45, "the topic's TTL is applied")
+    strategy = CompatibilityStrategy.ALWAYS_COMPATIBLE
+    assert (await app.call("PUT", f"{TOPIC}/schemaCompatibilityStrategy", strategy.value))[0] == 204
+    await until(lambda: topic.policies.schema_compatibility_strategy is strategy, "applied")
+    # The namespace changes under it: the topic's own TTL still wins.
+    assert (await app.call("POST", f"{NS}/messageTTL", 600))[0] == 204
+    assert (await app.call("POST", f"{NS}/deduplication", True))[0] == 204
+    await until(lambda: topic.policies.deduplication, "the namespace's change is applied")
+    assert topic.policies.message_ttl_s == 45
+    assert (await app.call("DELETE", f"{TOPIC}/messageTTL"))[0] == 204
+    await until(lambda: topic.policies.message_ttl_s == 600, "the namespace's TTL applies")
