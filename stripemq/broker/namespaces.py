@@ -30,6 +30,9 @@ from stripemq.proto.topic_name import is_valid_name
 
 log = logging.getLogger(__name__)
 
+# Topics' own policies (``topic_policies``, which imports this module: its root is here too).
+TOPIC_POLICIES = "/stripemq/topic-policies"
+
 TENANTS = "/stripemq/tenants"
 POLICIES = "/stripemq/policies"
 DEFAULT_TENANT = "public"
@@ -271,6 +274,7 @@ async def delete_tenant(store: MetadataStore, tenant: str) -> None:
         f"{PARTITIONED_TOPICS}/{tenant}",
         f"{OWNERSHIP_ROOT}/{tenant}",
         namespace_schemas_path(tenant),  # the tenant's container of schemas
+        f"{TOPIC_POLICIES}/{tenant}",
     ):
         await _delete_if_empty(store, leftover)
     log.info("deleted tenant %s", tenant)
@@ -321,6 +325,7 @@ async def delete_namespace(store: MetadataStore, namespace: str) -> None:
     await _delete_if_empty(store, f"{OWNERSHIP_ROOT}/{namespace}")
     # Schemas outlive their topics only by being uploaded for topics never made.
     await store.delete_recursive(namespace_schemas_path(namespace))
+    await store.delete_recursive(f"{TOPIC_POLICIES}/{namespace}")
     log.info("deleted namespace %s", namespace)
 
 

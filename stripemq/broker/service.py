@@ -34,6 +34,7 @@ from stripemq.broker.topic import PersistentTopic, TopicLifecycle
 from stripemq.broker.topic_policies import (
     TopicLevelPolicies,
     TopicPolicyCache,
+    delete_topic_policies,
     topic_policies_key,
 )
 from stripemq.errors import BrokerError, StripeMQError
@@ -360,6 +361,8 @@ class BrokerService:
         if self.topics.get(str(topic_name)) is topic:
             del self.topics[str(topic_name)]
         self._retain_policy_watches()
+        if topic_name.partition_index < 0:  # a partition's are its partitioned topic's
+            await delete_topic_policies(self.store, topic_name)
 
     async def unload_topic(self, topic_name: TopicName) -> None:
         """Close one topic (Pulsar's topic unload): its clients are disconnected and

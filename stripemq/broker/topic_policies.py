@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import quote
 
 from stripemq.broker.namespace_policies import PolicyCache
-from stripemq.broker.namespaces import encode_doc, read_doc
+from stripemq.broker.namespaces import TOPIC_POLICIES, encode_doc, read_doc
 from stripemq.broker.policies import (
     BacklogQuota,
     BacklogQuotaType,
@@ -45,7 +45,7 @@ from stripemq.proto.topic_name import TopicName
 
 log = logging.getLogger(__name__)
 
-ROOT = "/stripemq/topic-policies"
+ROOT = TOPIC_POLICIES
 
 
 @dataclass(frozen=True)
@@ -156,6 +156,11 @@ def topic_policies_key(topic: TopicName) -> str:
 
 def topic_policies_path(key: str) -> str:
     return f"{ROOT}/{key}"
+
+
+async def delete_topic_policies(store: MetadataStore, topic: TopicName) -> None:
+    """Forget a deleted topic's policies (nothing if it set none)."""
+    await store.delete_recursive(topic_policies_path(topic_policies_key(topic)))
 
 
 async def read_topic_policies(store: MetadataStore, key: str) -> tuple[TopicLevelPolicies, int]:

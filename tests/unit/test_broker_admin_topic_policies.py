@@ -131,3 +131,21 @@ async def test_the_serving_broker_obeys_a_change_at_once(app: App) -> None:
     assert topic.policies.message_ttl_s == 45
     assert (await app.call("DELETE", f"{TOPIC}/messageTTL"))[0] == 204
     await until(lambda: topic.policies.message_ttl_s == 600, "the namespace's TTL applies")
+
+
+async def test_deleting_a_topic_or_its_namespace_deletes_its_policies(app: App) -> None:
+    assert (await app.call("POST", f"{TOPIC}/messageTTL?messageTTL=5"))[0] == 204
+    assert (await app.call("DELETE", TOPIC))[0] == 204
+    assert await app.store.exists("/stripemq/topic-policies/public/default/orders") is None
+    parts = "/admin/v2/persistent/public/default/parts"
+    assert (await app.call("PUT", f"{parts}/partitions", 2))[0] == 204
+    assert (await app.call("POST", f"{parts}/messageTTL?messageTTL=5"))[0] == 204
+    assert (await app.call("DELETE", f"{parts}/partitions"))[0] == 204
+    assert await app.store.exists("/stripemq/topic-policies/public/default/parts") is None
+    assert (await app.call("PUT", "/admin/v2/namespaces/public/gone"))[0] == 204
+    assert (await app.call("PUT", "/admin/v2/persistent/public/gone/t"))[0] == 204
+    assert (await app.call("POST", "/admin/v2/persistent/public/gone/t/messageTTL?messageTTL=5"))[
+        0
+    ] == 204
+    assert (await app.call("DELETE", "/admin/v2/namespaces/public/gone?force=true"))[0] == 204
+    assert await app.store.exists("/stripemq/topic-policies/public/gone") is None

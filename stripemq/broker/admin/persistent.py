@@ -100,6 +100,7 @@ from stripemq.broker.schema import schema_id
 from stripemq.broker.service import BrokerService
 from stripemq.broker.stats import internal_stats, partitioned_stats, topic_stats
 from stripemq.broker.topic import PersistentTopic, Subscription
+from stripemq.broker.topic_policies import delete_topic_policies
 from stripemq.errors import BadVersionError, NodeExistsError, NotFoundError, StripeMQError
 from stripemq.managed_ledger.ledger_list import LedgerList, child_name, managed_ledger_path
 from stripemq.managed_ledger.position import Position
@@ -564,6 +565,7 @@ class PersistentTopics:
             await store.delete(partitions_path(topic))
         except NotFoundError:
             pass
+        await delete_topic_policies(store, topic)
         return no_content()
 
     # ------------------------------------------------------------------ stats
