@@ -214,7 +214,7 @@ class PolicyCache(Generic[T]):
     ``on_change(key, document)`` runs (one at a time per key, in the order the changes
     were read) after a watched key's document changed. A subclass says where a key's
     document lives (``path``), how it is read (``_read``), and what a deleted node means
-    (``_deleted``: read again by whoever asks next, or read at once)."""
+    (``refresh_on_delete``: read again at once, or by whoever asks next)."""
 
     def __init__(self, store: MetadataStore, on_change: OnChange[T] | None = None) -> None:
         self.store = store

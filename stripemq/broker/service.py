@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -154,19 +155,23 @@ class BrokerService:
         return resolve(own.over(namespace, self.cluster), self.policies, self.cluster)
 
     async def _namespace_policies_changed(self, namespace: str, policies: Policies) -> None:
-        """Apply a namespace's changed policies to its topics served here, live."""
+        """Apply a namespace's changed policies to its topics served here, live (each
+        with its own policies as cached now)."""
         await self._reapply(
             lambda name: name.namespace_name == namespace,
             lambda name: self._resolve(policies, self._own_policies(name)),
         )
 
     async def _topic_policies_changed(self, key: str, own: TopicLevelPolicies) -> None:
-        """Apply a topic's changed policies to it (each of its partitions served here)."""
-        namespace = await self.namespace_policies.get(key.rpartition("/")[0])
-        await self._reapply(
-            lambda name: topic_policies_key(name) == key,
-            lambda _name: self._resolve(namespace, own),
-        )
+        """Apply a topic's changed policies to it (each of its partitions served here),
+        over its namespace's as cached now (a namespace no longer cached serves nothing
+        here: nothing to apply)."""
+
+        def effective(name: TopicName) -> EffectivePolicies | None:
+            namespace = self.namespace_policies.cached(name.namespace_name)
+            return None if namespace is None else self._resolve(namespace, own)
+
+        await self._reapply(lambda name: topic_policies_key(name) == key, effective)
 
     def _own_policies(self, name: TopicName) -> TopicLevelPolicies:
         return self.topic_policies.cached(topic_policies_key(name)) or TopicLevelPolicies()
@@ -174,7 +179,7 @@ class BrokerService:
     async def _reapply(
         self,
         which: Callable[[TopicName], bool],
-        effective: Callable[[TopicName], EffectivePolicies],
+        effective: Callable[[TopicName], EffectivePolicies | None],
     ) -> None:
         """Apply changed policies to the topics served here that ``which`` picks: each
         on its own (one that fails is logged and the others still change), topics that
@@ -182,8 +187,11 @@ class BrokerService:
         for topic in list(self.topics.values()):
             if not which(topic.topic_name) or not topic.serving:
                 continue
+            policies = effective(topic.topic_name)
+            if policies is None:
+                continue
             try:
-                await topic.apply_policies(effective(topic.topic_name))
+                await topic.apply_policies(policies)
             except StripeMQError as exc:
                 log.warning("[%s] changed policies not applied: %s", topic.name, exc)
             except Exception:
@@ -297,8 +305,13 @@ class BrokerService:
         if opening is None:
             opening = asyncio.ensure_future(self._open(topic_name))
             self._opening[name] = opening
-            opening.add_done_callback(lambda _f: self._opening.pop(name, None))
+            opening.add_done_callback(functools.partial(self._opened, name))
         return await asyncio.shield(opening)
+
+    def _opened(self, name: str, opening: asyncio.Future[PersistentTopic]) -> None:
+        self._opening.pop(name, None)
+        if opening.cancelled() or opening.exception() is not None:
+            self._retain_policy_watches()  # the watches it started serve nothing now
 
     async def _open(self, topic_name: TopicName) -> PersistentTopic:
         await self._check_may_open(topic_name)

@@ -38,7 +38,7 @@ from stripemq.broker.policies import (
     parse_schema_strategy,
 )
 from stripemq.broker.schema.types import CompatibilityStrategy
-from stripemq.errors import BadVersionError, NodeExistsError
+from stripemq.errors import BadVersionError, NodeExistsError, NotFoundError
 from stripemq.metadata import MetadataStore
 from stripemq.metadata.api import ANY_VERSION
 from stripemq.proto.topic_name import TopicName
@@ -139,13 +139,18 @@ class TopicLevelPolicies:
             publish_rate=optional("publishRate", PublishRate.parse),
             dispatch_rate=optional("dispatchRate", DispatchRate.parse),
             subscription_dispatch_rate=optional("subscriptionDispatchRate", DispatchRate.parse),
-            schema_compatibility_strategy=optional(
-                "schemaCompatibilityStrategy", parse_schema_strategy
-            ),
+            schema_compatibility_strategy=optional("schemaCompatibilityStrategy", topic_strategy),
             schema_validation_enforced=optional(
                 "schemaValidationEnforced", lambda v: parse_bool(v, "schemaValidationEnforced")
             ),
         )
+
+
+def topic_strategy(body: object) -> CompatibilityStrategy | None:
+    """A topic's schema compatibility strategy; UNDEFINED is none (the namespace's
+    applies), as Pulsar takes it."""
+    strategy = parse_schema_strategy(body)
+    return None if strategy is CompatibilityStrategy.UNDEFINED else strategy
 
 
 def topic_policies_key(topic: TopicName) -> str:
@@ -163,17 +168,26 @@ async def delete_topic_policies(store: MetadataStore, topic: TopicName) -> None:
     await store.delete_recursive(topic_policies_path(topic_policies_key(topic)))
 
 
-async def read_topic_policies(store: MetadataStore, key: str) -> tuple[TopicLevelPolicies, int]:
+async def read_topic_policies(
+    store: MetadataStore, key: str, *, repair: bool = False
+) -> tuple[TopicLevelPolicies, int]:
     """A topic's policies and their node's version (``ANY_VERSION``: no node yet, none set).
 
-    Raises ``InvalidPolicyError`` for a document that is not one."""
+    Raises ``InvalidPolicyError`` for a document that is not one; with ``repair`` (a
+    change that is to be written over it) such a document reads as none set, logged."""
     found = await read_doc(store, topic_policies_path(key))
     if found is None:
         return TopicLevelPolicies(), ANY_VERSION
     doc, version = found
-    if doc is None:
-        raise InvalidPolicyError(f"policies of {key} are not a JSON object")
-    return TopicLevelPolicies.from_json(doc), version
+    try:
+        if doc is None:
+            raise InvalidPolicyError(f"policies of {key} are not a JSON object")
+        return TopicLevelPolicies.from_json(doc), version
+    except InvalidPolicyError as exc:
+        if not repair:
+            raise
+        log.warning("[%s] unreadable topic policies (%s): written over", key, exc)
+        return TopicLevelPolicies(), version
 
 
 async def write_topic_policies(
@@ -183,7 +197,10 @@ async def write_topic_policies(
     (``ANY_VERSION``: there was no node). Raises ``BadVersionError`` otherwise."""
     path, data = topic_policies_path(key), encode_doc(policies.to_json())
     if expected_version != ANY_VERSION:
-        await store.put(path, data, expected_version)
+        try:
+            await store.put(path, data, expected_version)
+        except NotFoundError:  # deleted since it was read (its topic was): read again
+            raise BadVersionError(f"{path} was deleted meanwhile") from None
         return
     try:
         await store.create(path, data)

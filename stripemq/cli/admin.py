@@ -335,7 +335,7 @@ def _add_namespaces(commands: Any) -> None:
         _ns_get_policy,
     )
     get_enforce.set_defaults(endpoint="schemaValidationEnforced")
-    _applied_option(get_enforce)
+    _applied_option(get_enforce, NAMESPACE_APPLIES)
 
     auto = _namespace_command(
         commands,
@@ -390,6 +390,7 @@ class PolicyLevel:
 
     make: Callable[..., argparse.ArgumentParser]  # the command, with its positional
     of: str  # "of a namespace", "of a topic"
+    every: str  # what a rate limits: "of every topic of a namespace", "of a topic"
     ttl_flags: tuple[str, str]
     strategy_flags: tuple[str, str]
     deduplication: str  # its endpoint
@@ -398,22 +399,33 @@ class PolicyLevel:
 
 
 def _policy_get_remove(
-    commands: Any, name: str, endpoint: str, about: str, level: PolicyLevel | None = None
+    commands: Any,
+    name: str,
+    endpoint: str,
+    about: str,
+    level: PolicyLevel | None = None,
+    *,
+    of: str | None = None,
+    remove: bool = True,
 ) -> None:
     """``get-<name>`` and ``remove-<name>`` of a policy at ``/<endpoint>``."""
     level = level or NAMESPACE_LEVEL
-    get = level.make(commands, f"get-{name}", f"Get {about} {level.of}", _ns_get_policy)
+    of = of or level.of
+    get = level.make(commands, f"get-{name}", f"Get {about} {of}", _ns_get_policy)
     get.set_defaults(endpoint=endpoint)
     if level.applied:
         _applied_option(get)
-    remove = level.make(commands, f"remove-{name}", f"Remove {about} {level.of}", _ns_remove_policy)
-    remove.set_defaults(endpoint=endpoint)
+    if remove:
+        dropped = level.make(commands, f"remove-{name}", f"Remove {about} {of}", _ns_remove_policy)
+        dropped.set_defaults(endpoint=endpoint)
 
 
-def _applied_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "-ap", "--applied", action="store_true", help="what applies (from above if unset here)"
-    )
+TOPIC_APPLIES = "the topic's, else its namespace's, else the broker's"
+NAMESPACE_APPLIES = "the namespace's, else the broker's"
+
+
+def _applied_option(parser: argparse.ArgumentParser, whence: str = TOPIC_APPLIES) -> None:
+    parser.add_argument("-ap", "--applied", action="store_true", help=f"what applies: {whence}")
 
 
 def _add_policy_commands(commands: Any, level: PolicyLevel) -> None:
@@ -491,24 +503,28 @@ def _add_policy_commands(commands: Any, level: PolicyLevel) -> None:
     _enable_disable(dedup, "deduplication")
     _policy_get_remove(commands, "deduplication", level.deduplication, "deduplication", level)
 
-    publish = make(commands, "set-publish-rate", f"Set the publish rate {of}", _ns_set_publish_rate)
+    every = level.every
+    publish = make(
+        commands, "set-publish-rate", f"Set the publish rate {every}", _ns_set_publish_rate
+    )
     publish.add_argument(
         "-m", "--msg-publish-rate", type=int, default=-1, help="messages a second (-1: no limit)"
     )
     publish.add_argument(
         "-b", "--byte-publish-rate", type=int, default=-1, help="bytes a second (-1: no limit)"
     )
-    _policy_get_remove(commands, "publish-rate", "publishRate", "the publish rate", level)
+    _policy_get_remove(commands, "publish-rate", "publishRate", "the publish rate", level, of=every)
 
-    for name, endpoint, about in (
-        ("dispatch-rate", "dispatchRate", "the message dispatch rate"),
+    for name, endpoint, about, where in (
+        ("dispatch-rate", "dispatchRate", "the message dispatch rate", every),
         (
             "subscription-dispatch-rate",
             "subscriptionDispatchRate",
-            "the message dispatch rate of each subscription",
+            "the message dispatch rate of every subscription",
+            of,
         ),
     ):
-        rate = make(commands, f"set-{name}", f"Set {about} {of}", _ns_set_dispatch_rate)
+        rate = make(commands, f"set-{name}", f"Set {about} {where}", _ns_set_dispatch_rate)
         rate.set_defaults(endpoint=endpoint)
         rate.add_argument(
             "-md", "--msg-dispatch-rate", type=int, default=-1, help="messages per period (-1)"
@@ -529,7 +545,7 @@ def _add_policy_commands(commands: Any, level: PolicyLevel) -> None:
             action="store_true",
             help="throttle to the publish rate plus this rate",
         )
-        _policy_get_remove(commands, name, endpoint, about, level)
+        _policy_get_remove(commands, name, endpoint, about, level, of=where)
 
     strategy = make(
         commands,
@@ -549,6 +565,7 @@ def _add_policy_commands(commands: Any, level: PolicyLevel) -> None:
         "schemaCompatibilityStrategy",
         "the schema compatibility strategy",
         level,
+        remove=level is TOPIC_LEVEL,  # pulsar-admin has no namespace command for it
     )
 
 
@@ -563,6 +580,7 @@ def _topic_policy_command(commands: Any, name: str, about: str, handler: Handler
 NAMESPACE_LEVEL = PolicyLevel(
     make=lambda *a, **kw: _namespace_command(*a, **kw),
     of="of a namespace",
+    every="of every topic of a namespace",
     ttl_flags=("-ttl", "--messageTTL"),
     strategy_flags=("-c", "--compatibility"),
     deduplication="deduplication",
@@ -572,6 +590,7 @@ NAMESPACE_LEVEL = PolicyLevel(
 TOPIC_LEVEL = PolicyLevel(
     make=lambda *a, **kw: _topic_policy_command(*a, **kw),
     of="of a topic",
+    every="of a topic",
     ttl_flags=("-t", "--ttl"),
     strategy_flags=("-s", "--strategy"),
     deduplication="deduplicationEnabled",
@@ -1317,11 +1336,10 @@ def _topic_level(args: argparse.Namespace) -> bool:
 
 
 def _policy_path(args: argparse.Namespace) -> str:
-    """Where a policy command's policies live: its namespace's, or its topic's (a
-    partition's are its partitioned topic's)."""
+    """Where a policy command's policies live: its namespace's, or its topic's."""
     if not _topic_level(args):
         return _ns_path(args)
-    return f"/admin/v2/{_topic(args, persistent=True).partitioned_topic.rest_path}"
+    return f"/admin/v2/{_topic(args, persistent=True).rest_path}"  # a partition: 412
 
 
 def _applied(args: argparse.Namespace) -> dict[str, Any] | None:

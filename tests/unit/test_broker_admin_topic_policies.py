@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 from admin_app import App, admin_app
 
+from stripemq.broker import topic as topic_module
 from stripemq.broker.policies import BacklogQuotaType
 from stripemq.broker.schema import CompatibilityStrategy
 from stripemq.broker.topic_policies import (
@@ -82,13 +83,46 @@ async def test_backlog_quotas_by_type(app: App) -> None:
 
 
 async def test_applied_falls_back_to_the_namespace_and_the_broker(app: App) -> None:
+    # Nothing set anywhere: the broker's settings.
+    assert await app.call("GET", f"{TOPIC}/messageTTL?applied=true") == (200, 0)
+    assert await app.call("GET", f"{TOPIC}/deduplicationEnabled?applied=true") == (200, False)
+    assert await app.call("GET", f"{TOPIC}/schemaCompatibilityStrategy?applied=true") == (
+        200,
+        "FULL",
+    )
+    status, retention = await app.call("GET", f"{TOPIC}/retention?applied=true")
+    assert status == 200 and set(retention) == {"retentionTimeInMinutes", "retentionSizeInMB"}
+    status, quotas = await app.call("GET", f"{TOPIC}/backlogQuotaMap?applied=true")
+    assert status == 200 and set(quotas) == {"destination_storage", "message_age"}
+    # The namespace's, then the topic's own.
     assert (await app.call("POST", f"{NS}/messageTTL", 120))[0] == 204
     assert (await app.call("GET", f"{TOPIC}/messageTTL"))[0] == 204
     assert await app.call("GET", f"{TOPIC}/messageTTL?applied=true") == (200, 120)
     assert (await app.call("POST", f"{TOPIC}/messageTTL?messageTTL=7"))[0] == 204
     assert await app.call("GET", f"{TOPIC}/messageTTL?applied=true") == (200, 7)
-    strategy = await app.call("GET", f"{TOPIC}/schemaCompatibilityStrategy?applied=true")
-    assert strategy == (200, "UNDEFINED")  # as the namespace's GET answers it
+
+
+async def test_an_undefined_strategy_is_none_set(app: App) -> None:
+    assert (await app.call("PUT", f"{NS}/schemaCompatibilityStrategy", "FORWARD"))[0] == 204
+    assert (await app.call("PUT", f"{TOPIC}/schemaCompatibilityStrategy", "UNDEFINED"))[0] == 204
+    assert (await app.call("GET", f"{TOPIC}/schemaCompatibilityStrategy"))[0] == 204
+    applied = await app.call("GET", f"{TOPIC}/schemaCompatibilityStrategy?applied=true")
+    assert applied == (200, "FORWARD")
+
+
+async def test_retention_and_backlog_quota_are_checked_together(app: App) -> None:
+    retention = {"retentionTimeInMinutes": 60, "retentionSizeInMB": 1}
+    assert (await app.call("POST", f"{TOPIC}/retention", retention))[0] == 204
+    quota = {"limitSize": 10 * 1024 * 1024 * 1024, "limitTime": -1, "policy": "producer_exception"}
+    status, body = await app.call("POST", f"{TOPIC}/backlogQuota", quota)
+    assert status == 412 and "Backlog Quota exceeds configured retention quota" in body["reason"]
+    assert (await app.call("DELETE", f"{TOPIC}/backlogQuota?backlogQuotaType=bogus"))[0] == 412
+
+
+async def test_a_corrupt_document_is_written_over_by_a_change(app: App) -> None:
+    await app.store.create("/stripemq/topic-policies/public/default/orders", b"[1, 2]")
+    assert (await app.call("POST", f"{TOPIC}/messageTTL?messageTTL=3"))[0] == 204
+    assert await app.call("GET", f"{TOPIC}/messageTTL") == (200, 3)
 
 
 async def test_refusals(app: App) -> None:
@@ -149,3 +183,31 @@ async def test_deleting_a_topic_or_its_namespace_deletes_its_policies(app: App) 
     ] == 204
     assert (await app.call("DELETE", "/admin/v2/namespaces/public/gone?force=true"))[0] == 204
     assert await app.store.exists("/stripemq/topic-policies/public/gone") is None
+
+
+async def test_a_change_reaches_every_partition_served_here(app: App) -> None:
+    parts = "/admin/v2/persistent/public/default/fan"
+    assert (await app.call("PUT", f"{parts}/partitions", 3))[0] == 204
+    served = [
+        await app.service.get_topic(TopicName.parse(f"public/default/fan-partition-{i}"))
+        for i in range(3)
+    ]
+    assert (await app.call("POST", f"{parts}/messageTTL?messageTTL=21"))[0] == 204
+    await until(
+        lambda: all(t.policies.message_ttl_s == 21 for t in served), "every partition obeys"
+    )
+
+
+async def test_a_topic_that_fails_to_open_leaves_no_watch(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = app.service
+    name = TopicName.parse("public/default/broken")
+
+    async def failing(self: object, policies: object) -> None:
+        raise RuntimeError("cannot apply")
+
+    monkeypatch.setattr(topic_module.PersistentTopic, "apply_policies", failing)
+    with pytest.raises(RuntimeError):
+        await service.get_topic(name)
+    await until(lambda: topic_policies_key(name) not in service.topic_policies.watched, "forgot")

@@ -1,10 +1,10 @@
 """Topic-level policies over Pulsar's paths: ``/admin/v2/persistent/{tenant}/{ns}/{topic}/
-<policy>``, for a topic that exists (404 "Topic not found" otherwise; a partitioned topic's
-apply to its partitions, and a partition's name sets its partitioned topic's).
+<policy>``, for a topic that exists (404 "Topic ... not found" otherwise; a partitioned
+topic's apply to its partitions, and a partition's name is refused, 412).
 
 Each policy has GET (its value, 204 while the topic sets none; with ``?applied=true`` what
-applies: the topic's, else the namespace's, else the broker's where the namespace's GET
-answers that), a change (POST, PUT for ``schemaCompatibilityStrategy``) and DELETE:
+the topic obeys: its own, else its namespace's, else the broker's), a change (POST, PUT
+for ``schemaCompatibilityStrategy``; UNDEFINED unsets it) and DELETE:
 ``retention``, ``messageTTL`` (``POST ...?messageTTL=<seconds>``), ``backlogQuota``
 (``?backlogQuotaType=``; ``backlogQuotaMap`` lists them), ``deduplicationEnabled`` (bare
 bool), ``publishRate``, ``dispatchRate``, ``subscriptionDispatchRate``,
@@ -23,15 +23,10 @@ from typing import Any
 
 from aiohttp import web
 
-from stripemq.broker.admin.namespaces import (
-    POLICY_ENDPOINTS,
-    PolicyEndpoint,
-    PolicyScope,
-    compare_and_set,
-    policy_scope,
-)
+from stripemq.broker.admin.namespaces import compare_and_set, retention_fits_quota
 from stripemq.broker.admin.rest import (
     AdminContext,
+    flag,
     no_content,
     not_found,
     ok_json,
@@ -39,10 +34,13 @@ from stripemq.broker.admin.rest import (
     read_json,
     topic_of,
 )
-from stripemq.broker.namespaces import check_namespace, read_policies
+from stripemq.broker.config import BrokerConfig
+from stripemq.broker.namespace_policies import EffectivePolicies
+from stripemq.broker.namespaces import check_namespace
 from stripemq.broker.partitions import partition_count
 from stripemq.broker.policies import (
     BacklogQuota,
+    BacklogQuotaType,
     DispatchRate,
     InvalidPolicyError,
     PublishRate,
@@ -50,17 +48,18 @@ from stripemq.broker.policies import (
     parse_backlog_quota_type,
     parse_bool,
     parse_int,
-    parse_schema_strategy,
 )
 from stripemq.broker.topic_policies import (
     TopicLevelPolicies,
     read_topic_policies,
     topic_policies_key,
+    topic_strategy,
     write_topic_policies,
 )
 from stripemq.managed_ledger.ledger_list import managed_ledger_path
 from stripemq.proto.topic_name import TopicName
 
+TOPIC = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
 Own = TopicLevelPolicies
 Query = Mapping[str, str]
 
@@ -88,82 +87,116 @@ def _message_ttl(body: object, query: Query) -> int:
 @dataclass(frozen=True)
 class TopicPolicyEndpoint:
     """One topic-level policy: its value (None: unset), what a change body makes of the
-    topic's policies, what DELETE leaves, and the namespace endpoint whose GET answers
-    ``?applied=true`` on the merged policies."""
+    topic's policies, what DELETE leaves (each raising ``InvalidPolicyError`` before
+    anything is stored), and what ``?applied=true`` answers from the policies the topic
+    obeys and the broker's settings."""
 
     path: str
     get: Callable[[Own, Query], object]
     set: Callable[[Own, object, Query], Own]
     remove: Callable[[Own, Query], Own]
-    applied_as: str  # the namespace policy endpoint's path
+    applied: Callable[[EffectivePolicies, BrokerConfig, Query], object]
     set_method: str = "POST"
     body_required: bool = True
     unset: object = None  # what GET answers while unset (None: 204)
+
+
+def _applied_retention(policies: EffectivePolicies, config: BrokerConfig, query: Query) -> object:
+    if policies.retention is not None:
+        return policies.retention.to_json()
+    return {  # the broker's defaults, which the managed ledgers obey
+        "retentionTimeInMinutes": int(config.default_retention_time_in_minutes),
+        "retentionSizeInMB": config.default_retention_size_in_mb,
+    }
+
+
+def _set_retention(own: Own, body: object, query: Query) -> Own:
+    retention = RetentionPolicies.parse(body)
+    quota = own.backlog_quotas.get(BacklogQuotaType.DESTINATION_STORAGE)
+    if not retention_fits_quota(quota, retention):
+        raise InvalidPolicyError(
+            "Retention Quota must exceed configured backlog quota for topic. Please increase "
+            "retention quota and retry"
+        )
+    return own.with_(retention=retention)
+
+
+def _set_backlog_quota(own: Own, body: object, query: Query) -> Own:
+    kind, quota = _quota_type(query), BacklogQuota.parse(body)
+    if kind is BacklogQuotaType.DESTINATION_STORAGE and not retention_fits_quota(
+        quota, own.retention
+    ):
+        raise InvalidPolicyError(
+            "Backlog Quota exceeds configured retention quota for topic. Please increase "
+            "retention quota and retry"
+        )
+    return own.with_(backlog_quotas={**own.backlog_quotas, kind: quota})
+
+
+def _remove_backlog_quota(own: Own, query: Query) -> Own:
+    kind = _quota_type(query)  # a bad type is refused, whether or not quotas are set
+    return own.with_(backlog_quotas={t: q for t, q in own.backlog_quotas.items() if t is not kind})
 
 
 TOPIC_POLICY_ENDPOINTS = (
     TopicPolicyEndpoint(
         "retention",
         lambda o, q: _json_of(o.retention),
-        lambda o, body, q: o.with_(retention=RetentionPolicies.parse(body)),
+        _set_retention,
         lambda o, q: o.with_(retention=None),
-        "retention",
+        _applied_retention,
     ),
     TopicPolicyEndpoint(
         "messageTTL",
         lambda o, q: o.message_ttl_in_seconds,
         lambda o, body, q: o.with_(message_ttl_in_seconds=_message_ttl(body, q)),
         lambda o, q: o.with_(message_ttl_in_seconds=None),
-        "messageTTL",
+        lambda p, c, q: p.message_ttl_s,
         body_required=False,
     ),
     TopicPolicyEndpoint(
         "backlogQuota",
         lambda o, q: _json_of(o.backlog_quotas.get(_quota_type(q))),
-        lambda o, body, q: o.with_(
-            backlog_quotas={**o.backlog_quotas, _quota_type(q): BacklogQuota.parse(body)}
-        ),
-        lambda o, q: o.with_(
-            backlog_quotas={t: v for t, v in o.backlog_quotas.items() if t is not _quota_type(q)}
-        ),
-        "backlogQuota",
+        _set_backlog_quota,
+        _remove_backlog_quota,
+        lambda p, c, q: p.backlog_quota(_quota_type(q)).to_json(),
     ),
     TopicPolicyEndpoint(
         "deduplicationEnabled",
         lambda o, q: o.deduplication_enabled,
         lambda o, body, q: o.with_(deduplication_enabled=parse_bool(body, "deduplication")),
         lambda o, q: o.with_(deduplication_enabled=None),
-        "deduplication",
+        lambda p, c, q: p.deduplication,
     ),
     TopicPolicyEndpoint(
         "publishRate",
         lambda o, q: _json_of(o.publish_rate),
         lambda o, body, q: o.with_(publish_rate=PublishRate.parse(body)),
         lambda o, q: o.with_(publish_rate=None),
-        "publishRate",
+        lambda p, c, q: p.publish_rate.to_json(),
     ),
     TopicPolicyEndpoint(
         "dispatchRate",
         lambda o, q: _json_of(o.dispatch_rate),
         lambda o, body, q: o.with_(dispatch_rate=DispatchRate.parse(body)),
         lambda o, q: o.with_(dispatch_rate=None),
-        "dispatchRate",
+        lambda p, c, q: p.dispatch_rate.to_json(),
     ),
     TopicPolicyEndpoint(
         "subscriptionDispatchRate",
         lambda o, q: _json_of(o.subscription_dispatch_rate),
         lambda o, body, q: o.with_(subscription_dispatch_rate=DispatchRate.parse(body)),
         lambda o, q: o.with_(subscription_dispatch_rate=None),
-        "subscriptionDispatchRate",
+        lambda p, c, q: p.subscription_dispatch_rate.to_json(),
     ),
     TopicPolicyEndpoint(
         "schemaCompatibilityStrategy",
         lambda o, q: (
             o.schema_compatibility_strategy.value if o.schema_compatibility_strategy else None
         ),
-        lambda o, body, q: o.with_(schema_compatibility_strategy=parse_schema_strategy(body)),
+        lambda o, body, q: o.with_(schema_compatibility_strategy=topic_strategy(body)),
         lambda o, q: o.with_(schema_compatibility_strategy=None),
-        "schemaCompatibilityStrategy",
+        lambda p, c, q: p.schema_compatibility_strategy.value,
         set_method="PUT",
     ),
     TopicPolicyEndpoint(
@@ -173,17 +206,13 @@ TOPIC_POLICY_ENDPOINTS = (
             schema_validation_enforced=parse_bool(body, "schemaValidationEnforced")
         ),
         lambda o, q: o.with_(schema_validation_enforced=None),
-        "schemaValidationEnforced",
+        lambda p, c, q: p.schema_validation_enforced,
         unset=False,  # a boolean in Pulsar's TopicPolicies
     ),
 )
 
 
-def _namespace_endpoint(path: str) -> PolicyEndpoint:
-    return next(ep for ep in POLICY_ENDPOINTS if ep.path == path)
-
-
-class TopicPolicies:
+class TopicPoliciesResource:
     def __init__(self, ctx: AdminContext) -> None:
         self.ctx = ctx
 
@@ -201,33 +230,33 @@ class TopicPolicies:
             raise not_found(f"Topic {topic} not found")
         return topic
 
-    async def applied(
-        self, topic: TopicName, own: Own, ep: TopicPolicyEndpoint, scope: PolicyScope
-    ) -> object:
-        namespace, _ = await read_policies(self.ctx.store, topic.namespace_name)
-        merged = own.over(namespace, self.ctx.cluster)
-        return _namespace_endpoint(ep.applied_as).get(merged, scope)
+    async def own(self, topic: TopicName) -> Own:
+        return (await read_topic_policies(self.ctx.store, topic_policies_key(topic)))[0]
+
+    async def applied(self, topic: TopicName) -> EffectivePolicies:
+        """What the topic obeys: its own policies, its namespace's, the broker's."""
+        return await self.ctx.service.effective_policies(topic, watch=False)
 
     async def update(self, topic: TopicName, change: Callable[[Own], Own]) -> None:
         store, key = self.ctx.store, topic_policies_key(topic)
         await compare_and_set(
-            lambda: read_topic_policies(store, key),
+            lambda: read_topic_policies(store, key, repair=True),
             lambda policies, version: write_topic_policies(store, key, policies, version),
             change,
         )
 
 
 def _add_policy_routes(
-    router: web.UrlDispatcher, resource: TopicPolicies, ep: TopicPolicyEndpoint
+    router: web.UrlDispatcher, resource: TopicPoliciesResource, ep: TopicPolicyEndpoint
 ) -> None:
-    path = f"/admin/v2/persistent/{{tenant}}/{{namespace}}/{{topic}}/{ep.path}"
+    path = f"{TOPIC}/{ep.path}"
 
     async def get(request: web.Request) -> web.Response:
         topic = await resource.topic(request)
-        own, _ = await read_topic_policies(resource.ctx.store, topic_policies_key(topic))
-        value = ep.get(own, request.query)
-        if value is None and request.query.get("applied", "").lower() == "true":
-            value = await resource.applied(topic, own, ep, policy_scope(resource.ctx, request))
+        value = ep.get(await resource.own(topic), request.query)
+        if value is None and flag(request, "applied"):
+            applied = await resource.applied(topic)
+            value = ep.applied(applied, resource.ctx.config, request.query)
         return ok_json(value if value is not None else ep.unset)
 
     async def change(request: web.Request) -> web.Response:
@@ -239,6 +268,7 @@ def _add_policy_routes(
 
     async def delete(request: web.Request) -> web.Response:
         topic = await resource.topic(request)
+        ep.remove(TopicLevelPolicies(), request.query)  # a bad query is refused first
         await resource.update(topic, lambda own: ep.remove(own, request.query))
         return no_content()
 
@@ -248,20 +278,16 @@ def _add_policy_routes(
 
 
 def add_routes(router: web.UrlDispatcher, ctx: AdminContext) -> None:
-    resource = TopicPolicies(ctx)
+    resource = TopicPoliciesResource(ctx)
     for ep in TOPIC_POLICY_ENDPOINTS:
         _add_policy_routes(router, resource, ep)
 
     async def backlog_quota_map(request: web.Request) -> web.Response:
         topic = await resource.topic(request)
-        own, _ = await read_topic_policies(ctx.store, topic_policies_key(topic))
-        if request.query.get("applied", "").lower() == "true":
-            namespace, _ = await read_policies(ctx.store, topic.namespace_name)
-            quotas = own.over(namespace, ctx.cluster).backlog_quotas
-        else:
-            quotas = own.backlog_quotas
-        return ok_json({t.value: q.to_json() for t, q in quotas.items()})
+        quotas = dict((await resource.own(topic)).backlog_quotas)
+        if not quotas and flag(request, "applied"):
+            applied = await resource.applied(topic)
+            quotas = {kind: applied.backlog_quota(kind) for kind in BacklogQuotaType}
+        return ok_json({kind.value: quota.to_json() for kind, quota in quotas.items()})
 
-    router.add_get(
-        "/admin/v2/persistent/{tenant}/{namespace}/{topic}/backlogQuotaMap", backlog_quota_map
-    )
+    router.add_get(f"{TOPIC}/backlogQuotaMap", backlog_quota_map)
