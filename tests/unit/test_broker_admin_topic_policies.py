@@ -119,6 +119,26 @@ async def test_retention_and_backlog_quota_are_checked_together(app: App) -> Non
     assert (await app.call("DELETE", f"{TOPIC}/backlogQuota?backlogQuotaType=bogus"))[0] == 412
 
 
+async def test_a_topics_quota_is_checked_against_the_retention_it_obeys(app: App) -> None:
+    """Pulsar's TopicPoliciesTest.testCheckSizeBasedBacklogQuota and
+    testCheckTimeBasedBacklogQuota: the namespace's retention counts, and so does age."""
+    ten_mb = {"retentionTimeInMinutes": 10, "retentionSizeInMB": 10}
+    assert (await app.call("POST", f"{NS}/retention", ten_mb))[0] == 204
+    size = {"limitSize": 10 * 1024 * 1024, "limitTime": -1, "policy": "consumer_backlog_eviction"}
+    assert (await app.call("POST", f"{TOPIC}/backlogQuota", size))[0] == 412
+    size["limitSize"] -= 1
+    assert (await app.call("POST", f"{TOPIC}/backlogQuota", size))[0] == 204
+    age = "?backlogQuotaType=message_age"
+    by_age = {"limitSize": -1, "limitTime": 600, "policy": "consumer_backlog_eviction"}
+    assert (await app.call("POST", f"{TOPIC}/backlogQuota{age}", by_age))[0] == 412
+    by_age["limitTime"] = 599
+    assert (await app.call("POST", f"{TOPIC}/backlogQuota{age}", by_age))[0] == 204
+    status, body = await app.call(
+        "POST", f"{TOPIC}/retention", {"retentionTimeInMinutes": 9, "retentionSizeInMB": 100}
+    )
+    assert status == 412 and body["reason"].startswith("Retention Quota must exceed")
+
+
 async def test_a_corrupt_document_is_written_over_by_a_change(app: App) -> None:
     await app.store.create("/stripemq/topic-policies/public/default/orders", b"[1, 2]")
     assert (await app.call("POST", f"{TOPIC}/messageTTL?messageTTL=3"))[0] == 204

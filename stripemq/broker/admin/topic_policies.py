@@ -36,13 +36,14 @@ from stripemq.broker.admin.rest import (
 )
 from stripemq.broker.config import BrokerConfig
 from stripemq.broker.namespace_policies import EffectivePolicies
-from stripemq.broker.namespaces import check_namespace
+from stripemq.broker.namespaces import check_namespace, read_policies
 from stripemq.broker.partitions import partition_count
 from stripemq.broker.policies import (
     BacklogQuota,
     BacklogQuotaType,
     DispatchRate,
     InvalidPolicyError,
+    Policies,
     PublishRate,
     RetentionPolicies,
     parse_backlog_quota_type,
@@ -110,27 +111,29 @@ def _applied_retention(policies: EffectivePolicies, config: BrokerConfig, query:
     }
 
 
-def _set_retention(own: Own, body: object, query: Query) -> Own:
-    retention = RetentionPolicies.parse(body)
-    quota = own.backlog_quotas.get(BacklogQuotaType.DESTINATION_STORAGE)
-    if not retention_fits_quota(quota, retention):
+def check_quotas_fit(own: Own, namespace: Policies, *, retention_changed: bool) -> None:
+    """Pulsar's ``checkQuotas`` for a topic: each backlog quota it obeys (its own, else its
+    namespace's), by size and by age, must stay below the retention it obeys (its own,
+    else its namespace's). Raises ``InvalidPolicyError`` naming what the change moved."""
+    retention = own.retention or namespace.retention
+    quotas = own.backlog_quotas or namespace.backlog_quotas
+    if all(retention_fits_quota(quota, retention) for quota in quotas.values()):
+        return
+    if retention_changed:
         raise InvalidPolicyError(
             "Retention Quota must exceed configured backlog quota for topic. Please increase "
             "retention quota and retry"
         )
-    return own.with_(retention=retention)
+    raise InvalidPolicyError(
+        "Backlog Quota exceeds configured retention quota for topic. Please increase "
+        "retention quota and retry"
+    )
 
 
 def _set_backlog_quota(own: Own, body: object, query: Query) -> Own:
-    kind, quota = _quota_type(query), BacklogQuota.parse(body)
-    if kind is BacklogQuotaType.DESTINATION_STORAGE and not retention_fits_quota(
-        quota, own.retention
-    ):
-        raise InvalidPolicyError(
-            "Backlog Quota exceeds configured retention quota for topic. Please increase "
-            "retention quota and retry"
-        )
-    return own.with_(backlog_quotas={**own.backlog_quotas, kind: quota})
+    return own.with_(
+        backlog_quotas={**own.backlog_quotas, _quota_type(query): BacklogQuota.parse(body)}
+    )
 
 
 def _remove_backlog_quota(own: Own, query: Query) -> Own:
@@ -142,7 +145,7 @@ TOPIC_POLICY_ENDPOINTS = (
     TopicPolicyEndpoint(
         "retention",
         lambda o, q: _json_of(o.retention),
-        _set_retention,
+        lambda o, body, q: o.with_(retention=RetentionPolicies.parse(body)),
         lambda o, q: o.with_(retention=None),
         _applied_retention,
     ),
@@ -263,7 +266,14 @@ def _add_policy_routes(
         topic = await resource.topic(request)
         body = await read_json(request, required=ep.body_required)
         ep.set(TopicLevelPolicies(), body, request.query)  # refused before anything is read
-        await resource.update(topic, lambda own: ep.set(own, body, request.query))
+        namespace, _ = await read_policies(resource.ctx.store, topic.namespace_name)
+
+        def change(own: Own) -> Own:
+            changed = ep.set(own, body, request.query)
+            check_quotas_fit(changed, namespace, retention_changed=ep.path == "retention")
+            return changed
+
+        await resource.update(topic, change)
         return no_content()
 
     async def delete(request: web.Request) -> web.Response:
