@@ -578,7 +578,7 @@ def _topic_policy_command(commands: Any, name: str, about: str, handler: Handler
 
 
 NAMESPACE_LEVEL = PolicyLevel(
-    make=lambda *a, **kw: _namespace_command(*a, **kw),
+    make=_namespace_command,
     of="of a namespace",
     every="of every topic of a namespace",
     ttl_flags=("-ttl", "--messageTTL"),
@@ -588,7 +588,7 @@ NAMESPACE_LEVEL = PolicyLevel(
     applied=False,
 )
 TOPIC_LEVEL = PolicyLevel(
-    make=lambda *a, **kw: _topic_policy_command(*a, **kw),
+    make=_topic_policy_command,
     of="of a topic",
     every="of a topic",
     ttl_flags=("-t", "--ttl"),

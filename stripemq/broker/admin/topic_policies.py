@@ -17,6 +17,7 @@ as namespace policies are, and the broker serving the topic applies it at once
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -70,6 +71,9 @@ def _quota_type(query: Query) -> Any:
 
 
 def _json_of(value: Any) -> object:
+    """A policy value as GET answers it (a record's JSON, a strategy's name)."""
+    if isinstance(value, enum.Enum):
+        return value.value
     return value.to_json() if hasattr(value, "to_json") else value
 
 
@@ -141,14 +145,27 @@ def _remove_backlog_quota(own: Own, query: Query) -> Own:
     return own.with_(backlog_quotas={t: q for t, q in own.backlog_quotas.items() if t is not kind})
 
 
+def _field(
+    path: str,
+    attr: str,
+    parse: Callable[[object], object],
+    applied: Callable[[EffectivePolicies, BrokerConfig, Query], object],
+    **options: Any,
+) -> TopicPolicyEndpoint:
+    """The endpoint of a policy that is one field of ``TopicLevelPolicies``: GET answers
+    its JSON, a change parses the body into it, DELETE unsets it."""
+    return TopicPolicyEndpoint(
+        path,
+        lambda o, q: _json_of(getattr(o, attr)),
+        lambda o, body, q: o.with_(**{attr: parse(body)}),
+        lambda o, q: o.with_(**{attr: None}),
+        applied,
+        **options,
+    )
+
+
 TOPIC_POLICY_ENDPOINTS = (
-    TopicPolicyEndpoint(
-        "retention",
-        lambda o, q: _json_of(o.retention),
-        lambda o, body, q: o.with_(retention=RetentionPolicies.parse(body)),
-        lambda o, q: o.with_(retention=None),
-        _applied_retention,
-    ),
+    _field("retention", "retention", RetentionPolicies.parse, _applied_retention),
     TopicPolicyEndpoint(
         "messageTTL",
         lambda o, q: o.message_ttl_in_seconds,
@@ -164,51 +181,38 @@ TOPIC_POLICY_ENDPOINTS = (
         _remove_backlog_quota,
         lambda p, c, q: p.backlog_quota(_quota_type(q)).to_json(),
     ),
-    TopicPolicyEndpoint(
+    _field(
         "deduplicationEnabled",
-        lambda o, q: o.deduplication_enabled,
-        lambda o, body, q: o.with_(deduplication_enabled=parse_bool(body, "deduplication")),
-        lambda o, q: o.with_(deduplication_enabled=None),
+        "deduplication_enabled",
+        lambda body: parse_bool(body, "deduplication"),
         lambda p, c, q: p.deduplication,
     ),
-    TopicPolicyEndpoint(
-        "publishRate",
-        lambda o, q: _json_of(o.publish_rate),
-        lambda o, body, q: o.with_(publish_rate=PublishRate.parse(body)),
-        lambda o, q: o.with_(publish_rate=None),
-        lambda p, c, q: p.publish_rate.to_json(),
+    _field(
+        "publishRate", "publish_rate", PublishRate.parse, lambda p, c, q: p.publish_rate.to_json()
     ),
-    TopicPolicyEndpoint(
+    _field(
         "dispatchRate",
-        lambda o, q: _json_of(o.dispatch_rate),
-        lambda o, body, q: o.with_(dispatch_rate=DispatchRate.parse(body)),
-        lambda o, q: o.with_(dispatch_rate=None),
+        "dispatch_rate",
+        DispatchRate.parse,
         lambda p, c, q: p.dispatch_rate.to_json(),
     ),
-    TopicPolicyEndpoint(
+    _field(
         "subscriptionDispatchRate",
-        lambda o, q: _json_of(o.subscription_dispatch_rate),
-        lambda o, body, q: o.with_(subscription_dispatch_rate=DispatchRate.parse(body)),
-        lambda o, q: o.with_(subscription_dispatch_rate=None),
+        "subscription_dispatch_rate",
+        DispatchRate.parse,
         lambda p, c, q: p.subscription_dispatch_rate.to_json(),
     ),
-    TopicPolicyEndpoint(
+    _field(
         "schemaCompatibilityStrategy",
-        lambda o, q: (
-            o.schema_compatibility_strategy.value if o.schema_compatibility_strategy else None
-        ),
-        lambda o, body, q: o.with_(schema_compatibility_strategy=topic_strategy(body)),
-        lambda o, q: o.with_(schema_compatibility_strategy=None),
+        "schema_compatibility_strategy",
+        topic_strategy,
         lambda p, c, q: p.schema_compatibility_strategy.value,
         set_method="PUT",
     ),
-    TopicPolicyEndpoint(
+    _field(
         "schemaValidationEnforced",
-        lambda o, q: o.schema_validation_enforced,
-        lambda o, body, q: o.with_(
-            schema_validation_enforced=parse_bool(body, "schemaValidationEnforced")
-        ),
-        lambda o, q: o.with_(schema_validation_enforced=None),
+        "schema_validation_enforced",
+        lambda body: parse_bool(body, "schemaValidationEnforced"),
         lambda p, c, q: p.schema_validation_enforced,
         unset=False,  # a boolean in Pulsar's TopicPolicies
     ),
