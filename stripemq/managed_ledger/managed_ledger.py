@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stripemq.bookie.client import BookKeeper
+from stripemq.bookie.client.bookkeeper import delete_ledger_quietly
 from stripemq.bookie.client.ledger_handle import LedgerHandle
 from stripemq.bookie.client.reader import ReadHandle
 from stripemq.clock import now_ms
@@ -798,12 +799,7 @@ class ManagedLedger:
         return doomed
 
     async def _delete_ledger_quietly(self, ledger_id: int) -> None:
-        try:
-            await self.bk.delete_ledger(ledger_id)
-        except NoSuchLedgerError:
-            pass
-        except (BookieError, MetadataError) as exc:
-            log.warning("ledger %d of %s stays as garbage: %s", ledger_id, self.name, exc)
+        await delete_ledger_quietly(self.bk, ledger_id, f"ledger of {self.name}")
 
     async def _housekeep(self) -> None:
         """Roll over an idle ledger that got too old, and trim, every few seconds."""

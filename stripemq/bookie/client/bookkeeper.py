@@ -20,7 +20,13 @@ from stripemq.bookie.client.placement import EnsemblePlacementPolicy
 from stripemq.bookie.client.pool import BookieClientPool
 from stripemq.bookie.client.reader import BookieHealth, ReadOnlyLedgerHandle
 from stripemq.bookie.client.recovery import LedgerRecovery
-from stripemq.errors import ClientClosedError, UnauthorizedAccessError
+from stripemq.errors import (
+    BookieError,
+    ClientClosedError,
+    MetadataError,
+    NoSuchLedgerError,
+    UnauthorizedAccessError,
+)
 from stripemq.metadata import MetadataStore
 
 log = logging.getLogger(__name__)
@@ -133,3 +139,14 @@ class BookKeeper:
         """Remove the metadata; bookies garbage-collect the entries on their next pass."""
         self._check_open()
         await self.ledger_manager.delete(ledger_id)
+
+
+async def delete_ledger_quietly(bk: BookKeeper, ledger_id: int, what: str) -> None:
+    """Delete a ledger its owner no longer needs: one already gone is fine, and one that
+    cannot be deleted now is logged (``what`` names it) and left as garbage."""
+    try:
+        await bk.delete_ledger(ledger_id)
+    except NoSuchLedgerError:
+        pass
+    except (BookieError, MetadataError) as exc:
+        log.warning("%s %d stays as garbage: %s", what, ledger_id, exc)

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from stripemq.bookie.client import BookKeeper
+from stripemq.bookie.client.bookkeeper import delete_ledger_quietly
 from stripemq.bookie.client.ledger_handle import LedgerHandle
 from stripemq.clock import now_ms
 from stripemq.errors import (
@@ -603,9 +604,4 @@ async def _discard_ledger(bk: BookKeeper, handle: LedgerHandle) -> None:
 
 
 async def _delete_quietly(bk: BookKeeper, ledger_id: int) -> None:
-    try:
-        await bk.delete_ledger(ledger_id)
-    except NoSuchLedgerError:
-        pass
-    except (BookieError, MetadataError) as exc:
-        log.warning("could not delete cursor ledger %d (it stays as garbage): %s", ledger_id, exc)
+    await delete_ledger_quietly(bk, ledger_id, "cursor ledger")
