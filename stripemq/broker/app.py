@@ -85,6 +85,7 @@ def topic_policies(config: BrokerConfig) -> TopicPolicies:
         ),
         allow_auto_update_schema=config.is_allow_auto_update_schema_enabled,
         schema_validation_enforced=config.is_schema_validation_enforced,
+        compaction_retain_null_key=config.topic_compaction_retain_null_key,
     )
 
 

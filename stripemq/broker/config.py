@@ -287,6 +287,12 @@ class BrokerConfig:
         "producer_exception or consumer_backlog_eviction.",
         pulsar_name="backlogQuotaDefaultRetentionPolicy",
     )
+    topic_compaction_retain_null_key: bool = setting(
+        False,
+        "Whether topic compaction keeps messages without a key (else it leaves them out, "
+        "as Pulsar 3.2 and later do).",
+        pulsar_name="topicCompactionRetainNullKey",
+    )
     max_publish_rate_per_topic_in_messages: int = setting(
         0,
         "Messages per second a topic accepts when its namespace sets no publish rate "

@@ -77,6 +77,8 @@ from stripemq.security.authorization import Need
 
 log = logging.getLogger(__name__)
 
+# Subscription types a consumer may read compacted on (Pulsar's rule).
+COMPACTED_READ_TYPES = frozenset({pb.CommandSubscribe.Exclusive, pb.CommandSubscribe.Failover})
 EARLIEST = Position(-1, -1)  # "the first entry kept", in a reader's or seek's message id
 _MAX_ID = (1 << 63) - 1
 
@@ -760,7 +762,17 @@ class ServerConnection:
         meta = body.keySharedMeta if body.HasField("keySharedMeta") else None
         sticky = meta is not None and meta.keySharedMode == pb.STICKY
         ranges = [(r.start, r.end) for r in meta.hashRanges] if meta is not None else None
+        if body.read_compacted and body.subType not in COMPACTED_READ_TYPES:
+            raise BrokerError(
+                pb.NotAllowedError,
+                "readCompacted only allowed on failover or exclusive subscriptions",
+            )
+        if body.read_compacted:
+            await topic.compaction.compacted()  # opened now: nothing is awaited below
+        from_earliest = initial is InitialPosition.Earliest
         if body.durable:
+            created = body.subscription not in topic.ml.cursors
+            from_earliest = from_earliest and created
             subscription = await topic.subscribe(body.subscription, body.subType, initial, sticky)
         else:
             start = (
@@ -768,10 +780,13 @@ class ServerConnection:
                 if body.HasField("start_message_id")
                 else (EARLIEST if initial is InitialPosition.Earliest else None)
             )
+            from_earliest = start == EARLIEST
             subscription = topic.subscribe_non_durable(body.subscription, body.subType, start)
+        if body.read_compacted and from_earliest:
+            subscription.read_compacted_from_earliest()
         slot = ConsumerSlot(body.consumer_id, body.consumer_name, body.priority_level)
         slot.writable = self._draining is None
-        consumer = Consumer(slot, self, subscription)
+        consumer = Consumer(slot, self, subscription, read_compacted=body.read_compacted)
         consumer.stats.describe_client(self.peer, self.session.client_version, body.metadata)
         self.consumers[body.consumer_id] = consumer
         try:
@@ -918,6 +933,11 @@ class ServerConnection:
     def _on_get_last_message_id(self, consumer: Consumer, body: pb.CommandGetLastMessageId) -> None:
         topic = consumer.subscription.topic
         last = topic.ml.last_confirmed
+        compacted = topic.compaction.opened if consumer.read_compacted else None
+        if compacted is not None and last <= compacted.horizon:
+            # Nothing after the horizon: the last message such a consumer can read is the
+            # last one compaction kept (none: as on an empty topic), as Pulsar answers.
+            last = compacted.last or Position(last.ledger_id, -1)
         md = consumer.subscription.cursor.mark_delete_position
         self.write(
             pb.CommandGetLastMessageIdResponse(

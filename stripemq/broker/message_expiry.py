@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Protocol
 
+from stripemq.broker.names import COMPACTION_CURSOR
 from stripemq.clock import now_ms
 from stripemq.managed_ledger.ledger_chain import LedgerChain
 from stripemq.managed_ledger.position import Position
@@ -113,10 +114,16 @@ async def expire_topic(topic: PersistentTopic, expire_after_s: float) -> int:
     """Apply a TTL to every subscription of ``topic``; returns the entries expired in
     all. The topic is searched once, and only if a subscription has a backlog."""
     last = None
-    if any(s.cursor.backlog for s in list(topic.subscriptions.values())):
+    if any(s.cursor.backlog for s in _expirable(topic)):
         last = await last_expired(topic, expire_after_s)
     total = 0
     # Looked up again after the search: a subscription may have gone meanwhile.
-    for subscription in list(topic.subscriptions.values()):
+    for subscription in _expirable(topic):
         total += _expire_subscription(topic, subscription, last)
     return total
+
+
+def _expirable(topic: PersistentTopic) -> list[Subscription]:
+    """The subscriptions a TTL applies to: not the compaction cursor, whose backlog is
+    what the next compaction reads (Pulsar leaves it alone too)."""
+    return [s for s in topic.subscriptions.values() if s.name != COMPACTION_CURSOR]

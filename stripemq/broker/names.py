@@ -23,6 +23,7 @@ from stripemq.proto.topic_name import TopicName
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "COMPACTION_CURSOR",
     "DEDUPLICATION_CURSOR",
     "REPLICATOR_PREFIX",
     "ReservedSubscriptionNameError",
@@ -34,6 +35,8 @@ __all__ = [
 REPLICATOR_PREFIX = "pulsar.repl"
 # The deduplication cursor's name (Pulsar's): the one name for it across the broker.
 DEDUPLICATION_CURSOR = "pulsar.dedup"
+# The compaction cursor's name (Pulsar's): it holds what the next compaction reads.
+COMPACTION_CURSOR = "__compaction"
 
 
 class UnsupportedTopicError(StripeMQError):

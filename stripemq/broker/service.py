@@ -73,6 +73,7 @@ class TopicPolicies:
     schema_compatibility_strategy: CompatibilityStrategy = CompatibilityStrategy.FULL
     allow_auto_update_schema: bool = True
     schema_validation_enforced: bool = False
+    compaction_retain_null_key: bool = False  # compaction keeps messages without a key
     # How often the TTL, backlog-quota and subscription-expiry checks run (0: never).
     message_expiry_check_interval_s: float = 300.0
     backlog_quota_check_interval_s: float = 60.0
@@ -317,7 +318,11 @@ class BrokerService:
         await self._check_may_open(topic_name)
         ml = await self.factory.open(topic_name.managed_ledger_name)
         topic = PersistentTopic(
-            topic_name, ml, self.policies.delayed_delivery, schemas=self.schemas
+            topic_name,
+            ml,
+            self.policies.delayed_delivery,
+            schemas=self.schemas,
+            compaction_retain_null_key=self.policies.compaction_retain_null_key,
         )
         # Its namespace's policies (retention, rates, deduplication...), kept up to date by
         # the cache's watch from now on.

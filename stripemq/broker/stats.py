@@ -459,12 +459,7 @@ def topic_stats(topic: PersistentTopic) -> dict[str, Any]:
         ),
         "nonContiguousDeletedMessagesRangesSerializedSize": 0,
         "delayedMessageIndexSizeInBytes": 0,
-        "compaction": {
-            "lastCompactionRemovedEventCount": 0,
-            "lastCompactionSucceedTimestamp": 0,
-            "lastCompactionFailedTimestamp": 0,
-            "lastCompactionDurationTimeInMills": 0,
-        },
+        "compaction": topic.compaction.stats.to_json(),
     }
 
 
@@ -565,17 +560,23 @@ def internal_stats(topic: PersistentTopic) -> dict[str, Any]:
             name: cursor_internal_stats(topic, cursor) for name, cursor in ml.cursors.items()
         },
         "schemaLedgers": [],
-        "compactedLedger": {
-            "ledgerId": -1,
-            "entries": -1,
-            "size": -1,
-            "offloaded": False,
-            "underReplicated": False,
-        },
+        "compactedLedger": _compacted_ledger(topic),
     }
     if created:
         stats["lastLedgerCreatedTimestamp"] = format_timestamp(created)
     return stats
+
+
+def _compacted_ledger(topic: PersistentTopic) -> dict[str, object]:
+    """The compacted ledger as internal stats show it (-1s while none is opened)."""
+    compacted = topic.compaction.opened
+    return {
+        "ledgerId": compacted.ledger_id if compacted is not None else -1,
+        "entries": compacted.entries if compacted is not None else -1,
+        "size": compacted.size if compacted is not None else -1,
+        "offloaded": False,
+        "underReplicated": False,
+    }
 
 
 # ---------------------------------------------------------------------- partitioned stats

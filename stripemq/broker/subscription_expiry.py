@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from stripemq.broker.names import REPLICATOR_PREFIX
+from stripemq.broker.names import COMPACTION_CURSOR, REPLICATOR_PREFIX
 from stripemq.clock import now_ms
 from stripemq.errors import BrokerError, CursorNotFoundError
 
@@ -30,7 +30,7 @@ def idle_subscriptions(topic: PersistentTopic, limit_minutes: int, now: int) -> 
     limit_ms = limit_minutes * 60_000
     idle = []
     for name in topic.subscription_names():
-        if name.startswith(REPLICATOR_PREFIX):
+        if name.startswith(REPLICATOR_PREFIX) or name == COMPACTION_CURSOR:
             continue
         subscription = topic.subscriptions.get(name)  # None: being made right now
         if subscription is not None and subscription.durable and not subscription.consumers:

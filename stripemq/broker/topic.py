@@ -24,6 +24,8 @@ from typing import Protocol
 
 from stripemq.broker import backlog_quota
 from stripemq.broker.backlog_monitor import check_producer_admission
+from stripemq.broker.compaction import TopicCompaction
+from stripemq.broker.compaction.rules import hide_compacted_out
 from stripemq.broker.config import DelayedDeliveryConfig
 from stripemq.broker.dedup import Deduplication
 from stripemq.broker.delayed_delivery import DelayedDeliveryTracker
@@ -36,7 +38,11 @@ from stripemq.broker.dispatch import (
     SingleActiveDispatcher,
 )
 from stripemq.broker.key_shared import KeySharedDispatcher
-from stripemq.broker.names import DEDUPLICATION_CURSOR, check_subscription_name
+from stripemq.broker.names import (
+    COMPACTION_CURSOR,
+    DEDUPLICATION_CURSOR,
+    check_subscription_name,
+)
 from stripemq.broker.namespace_policies import EffectivePolicies, dispatch_rate, publish_rate
 from stripemq.broker.publish_time import PublishTimeSearch, publish_time_of
 from stripemq.broker.rate_limiter import (
@@ -66,7 +72,7 @@ from stripemq.lifecycle import Transitions
 from stripemq.managed_ledger.cursor.managed_cursor import ManagedCursor
 from stripemq.managed_ledger.cursor.non_durable import NonDurableCursor
 from stripemq.managed_ledger.cursor.state import BatchAck
-from stripemq.managed_ledger.managed_ledger import ManagedLedger
+from stripemq.managed_ledger.managed_ledger import Entry, ManagedLedger
 from stripemq.managed_ledger.position import Position
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.ack_set import MAX_BATCH_SIZE, bits_of, words_of
@@ -142,6 +148,7 @@ class Consumer:
     sink: MessageSink
     subscription: Subscription
     stats: ConsumerCounters = field(default_factory=ConsumerCounters)
+    read_compacted: bool = False  # reads what compaction kept, up to its horizon
 
 
 def make_dispatcher(sub_type: int | None, partition_index: int, sticky: bool) -> Dispatcher:
@@ -618,7 +625,7 @@ class Subscription:
         infos: list[EntryInfo] = []
         data: dict[Position, bytes] = {}
         for position in self.delivery.replay_positions(self._read_batch()):
-            found = await self.topic.ml.read_entries(position, 1)
+            found = await self._read(position, 1)
             if not found or found[0].position != position:
                 self.delivery.drop_replay(position)  # trimmed: acknowledged meanwhile
                 continue
@@ -633,7 +640,7 @@ class Subscription:
         """``(read anything, moved on)``."""
         before = self.cursor.read_position
         start = self.cursor.state.first_unacked_from(before)
-        entries = await self.topic.ml.read_entries(start, self._read_batch())
+        entries = await self._read(start, self._read_batch())
         if self.cursor.read_position != before:
             # Rewound or reset while reading (a redelivery of everything, a seek): what was
             # read belongs to the old order and is not sent; the loop reads again from the
@@ -650,6 +657,32 @@ class Subscription:
             self.cursor.state.advance_read(plan.consumed_through)
         self._schedule_delayed_timer()
         return True, plan.consumed_through is not None
+
+    @property
+    def reads_compacted(self) -> bool:
+        """Whether its consumers read compacted (Exclusive and Failover only)."""
+        return any(c.read_compacted for c in self.consumers.values())
+
+    async def _read(self, start: Position, max_entries: int) -> list[Entry]:
+        """Entries from ``start`` on: for consumers that read compacted, what compaction
+        kept up to its horizon, then the topic's entries after it."""
+        if self.reads_compacted and self.topic.compaction.has_compacted:
+            compacted = await self.topic.compaction.compacted()
+            if compacted is not None and start <= compacted.horizon:
+                entries = await compacted.read_from(start, max_entries)
+                if entries:
+                    return entries
+                start = compacted.horizon.next()
+        return await self.topic.ml.read_entries(start, max_entries)
+
+    def read_compacted_from_earliest(self) -> None:
+        """A consumer reading compacted from the earliest: if the cursor still sits at
+        the topic's first entry, it starts at the first entry compaction kept, which may
+        lie in a ledger trimmed since (Pulsar's readFromEarliest). The compacted ledger
+        is opened before (``TopicCompaction.compacted``)."""
+        compacted = self.topic.compaction.opened
+        if compacted is not None and compacted.first is not None:
+            self.cursor.state.start_before_first(compacted.first)
 
     # ------------------------------------------------------------------ delayed delivery
 
@@ -693,6 +726,7 @@ class Subscription:
 
     def _send(self, deliveries: list[Delivery], data: dict[Position, bytes]) -> None:
         partition = self.topic.topic_name.partition_index
+        compacted = self.topic.compaction.opened if self.reads_compacted else None
         sinks: dict[int, MessageSink] = {}
         for delivery in deliveries:
             position = delivery.position
@@ -702,7 +736,10 @@ class Subscription:
             # A partly acknowledged batch goes with the bits of what is left (in MESSAGE's
             # ack_set, where clients look), so only that is delivered again.
             bits = self.cursor.state.ack_set(position)
-            ack_set = words_of(bits.tolist()) if bits is not None else None
+            unacked = [bool(b) for b in bits] if bits is not None else None
+            if compacted is not None and position <= compacted.horizon:
+                unacked = hide_compacted_out(unacked, data[position])
+            ack_set = words_of(unacked) if unacked is not None else None
             consumer = self.consumers[delivery.slot.slot_id]
             messages = delivery.slot.pending.get(position, 1)
             self.stats.dispatched(consumer.stats, messages, len(data[position]))
@@ -789,6 +826,7 @@ class PersistentTopic:
         delayed_delivery: DelayedDeliveryConfig | None = None,
         *,
         schemas: SchemaRegistry | None = None,
+        compaction_retain_null_key: bool = False,
     ) -> None:
         self.topic_name = topic_name
         self.schemas = schemas  # None: no registry (a topic made by a unit test)
@@ -802,6 +840,11 @@ class PersistentTopic:
         self._exclusive_waiters = 0  # WaitForExclusive producers waiting on the condition
         self.subscriptions: dict[str, Subscription] = {}
         self.stats = TopicCounters()  # published messages and bytes (stats.py)
+        self.compaction = TopicCompaction(
+            ml,
+            retain_null_key=compaction_retain_null_key,
+            open_cursor=self._open_compaction_cursor,
+        )
         # Deduplication: on once its state is read back (``_recover_deduplication``, in
         # the background after a live change), retried with back-off if that fails.
         self.dedup: Deduplication | None = None
@@ -1191,6 +1234,12 @@ class PersistentTopic:
             subscription.take_type(sub_type, sticky)  # same cursor, same counts
             return subscription
 
+    async def _open_compaction_cursor(self) -> ManagedCursor:
+        """The compaction cursor, made at the earliest if new, and a subscription."""
+        subscription = await self.subscribe(COMPACTION_CURSOR, None, InitialPosition.Earliest)
+        assert isinstance(subscription.cursor, ManagedCursor)
+        return subscription.cursor
+
     def subscribe_non_durable(
         self, name: str, sub_type: int, start: Position | None
     ) -> Subscription:
@@ -1329,6 +1378,7 @@ class PersistentTopic:
                 # First, while no client can come back and find them (Pulsar's order);
                 # a partition's are its partitioned topic's, deleted with it.
                 await self.schemas.delete_all(schema_id(self.topic_name))
+            await self.compaction.delete()
             await self.ml.delete()
         except BaseException:
             if self.lifecycle is TopicLifecycle.DELETING:
@@ -1362,6 +1412,7 @@ class PersistentTopic:
     async def _stop(self) -> None:
         """Stop the background work: deduplication's recovery and every dispatch loop."""
         self._cancel_deduplication_retry()
+        await self.compaction.stop()
         recovery = self._dedup_recovery
         if recovery is not None:
             recovery.cancel()

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +20,7 @@ from stripemq.broker.schema import encode_version
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.frames import FrameDecoder, command_body, encode_command
 from stripemq.testing.polling import until_blocking
+from stripemq.testing.rest import rest
 from stripemq.testing.standalone import StandaloneProcess
 
 pytestmark = pytest.mark.integration
@@ -35,20 +34,6 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneP
         yield process
     finally:
         process.kill()
-
-
-def rest(base: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(
-        base + path, data=data, method=method, headers={"Content-Type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            raw = response.read()
-            return response.status, json.loads(raw) if raw else None
-    except urllib.error.HTTPError as exc:
-        raw = exc.read()
-        return exc.code, json.loads(raw) if raw else None
 
 
 @pytest.fixture

@@ -29,6 +29,9 @@ Topic level (``.../{topic}``):
   each partition's), ``POST /all_subscription/expireMessages/{seconds}``, ``GET /lastMessageId``
   (``{"ledgerId", "entryId", "partitionIndex"}``, ``batchIndex`` for a batch),
   ``GET /subscriptions``.
+- ``/compaction``: ``PUT`` starts a compaction (each partition's, for a partitioned topic;
+  409 "Compaction already in progress" while one runs), ``GET`` answers the last one's
+  status (``{"status": NOT_RUN|RUNNING|SUCCESS|ERROR, "lastError"}``).
 - ``/subscription/{sub}``: ``PUT`` creates it (optional body: a message id or Pulsar's
   ResetCursorData; latest by default; 409 if it exists; a topic that does not exist yet is
   made first when the auto-creation policy allows it, partitioned if it says so, as
@@ -82,6 +85,7 @@ from stripemq.broker.admin.rest import (
     topic_of,
     topic_url,
 )
+from stripemq.broker.compaction import CompactionInProgressError
 from stripemq.broker.message_expiry import entry_before, expire_cursor_to, expire_messages
 from stripemq.broker.names import DEDUPLICATION_CURSOR
 from stripemq.broker.namespaces import check_namespace, stored_topics
@@ -629,6 +633,28 @@ class PersistentTopics:
             {str(TopicName.parse(name).partition_index): doc for name, doc in answers.items()}
         )
 
+    async def compact(self, request: web.Request) -> web.Response:
+        """Trigger compaction (of every partition, for a partitioned topic); 409 while
+        one runs."""
+        topic = topic_of(request)
+        await check_namespace(self.ctx.store, topic.namespace_name)
+        count = await self._partitions(topic)
+        if count:
+            await self._fan_out(request, topic, count, "PUT", "/compaction")
+            return no_content()
+        served = await self._served_topic(request, topic)
+        try:
+            served.compaction.trigger()
+        except CompactionInProgressError as exc:
+            raise conflict(str(exc)) from None
+        return no_content()
+
+    async def compaction_status(self, request: web.Request) -> web.Response:
+        """Pulsar's LongRunningProcessStatus of the topic's last compaction."""
+        served = await self._served_topic(request, topic_of(request))
+        compaction = served.compaction
+        return ok_json({"status": compaction.status.value, "lastError": compaction.last_error})
+
     async def last_message_id(self, request: web.Request) -> web.Response:
         served = await self._single_topic(
             request, "GetLastMessageId on a partitioned topic is not allowed"
@@ -959,6 +985,8 @@ def add_routes(router: web.UrlDispatcher, ctx: AdminContext) -> None:
     router.add_post(
         topic + "/all_subscription/expireMessages/{seconds}", r.expire_all_subscriptions
     )
+    router.add_put(topic + "/compaction", r.compact)
+    router.add_get(topic + "/compaction", r.compaction_status)
     router.add_get(topic + "/lastMessageId", r.last_message_id)
     router.add_get(topic + "/subscriptions", r.subscriptions)
     router.add_put(sub, r.create_subscription)

@@ -214,17 +214,39 @@ class CursorState:
 
     # ------------------------------------------------------------------ reading
 
+    def start_before_first(self, position: Position) -> bool:
+        """Read from ``position``, before the topic's first entry, if the cursor still
+        sits at the start (a subscription reading compacted from the earliest: what
+        compaction kept of ledgers since trimmed comes first). Whether it moved."""
+        first = self.chain.first_position()
+        at_start = self.mark_delete == Position(first.ledger_id, first.entry_id - 1)
+        if not at_start or self.holes or self.batches or position >= first:
+            return False
+        self.mark_delete = Position(position.ledger_id, position.entry_id - 1)
+        self.read_position = position
+        self.needs_full_snapshot = True
+        self.acks_since_snapshot += 1
+        return True
+
     def rewind(self) -> None:
         """Read again from the first unacknowledged entry (after a consumer reconnects)."""
-        self.read_position = self.chain.next_valid(self.mark_delete)
+        self.read_position = self._after(self.mark_delete)
 
     def advance_read(self, last_read: Position) -> None:
         """Entries up to ``last_read`` were handed out."""
-        following = self.chain.next_valid(last_read)
+        following = self._after(last_read)
         if following > self.read_position:
             self.read_position = following
 
     # ------------------------------------------------------------------ internals
+
+    def _after(self, position: Position) -> Position:
+        """Where reading goes on after ``position``: the next entry of the chain, or the
+        next position of a ledger the topic no longer holds (trimmed), where what
+        compaction kept of it is read (a read of the topic itself skips to the chain)."""
+        if position.ledger_id not in self.chain and position < self.chain.first_position():
+            return position.next()
+        return self.chain.next_valid(position)
 
     def _check_exists(self, position: Position) -> None:
         if not self.chain.exists(position):

@@ -1,0 +1,170 @@
+"""Topic compaction with the official ``pulsar-client`` against a real ``stripemq
+standalone``: compaction triggered over REST, readers and consumers that read compacted get
+the latest message of each key (batched or not, tombstones honoured), then what came after
+the horizon; others still read everything. The compacted ledger outlives an unload that
+lets the original ledgers go."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pulsar
+import pytest
+
+from stripemq.testing.polling import until_blocking
+from stripemq.testing.rest import rest
+from stripemq.testing.standalone import StandaloneProcess
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
+    process = StandaloneProcess(Path(tmp_path_factory.mktemp("compaction")) / "standalone")
+    asyncio.run(process.start())
+    try:
+        yield process
+    finally:
+        process.kill()
+
+
+@pytest.fixture
+def client(standalone: StandaloneProcess) -> Iterator[pulsar.Client]:
+    c = pulsar.Client(standalone.service_url, operation_timeout_seconds=10)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture
+def topic() -> str:
+    return f"persistent://public/default/compacted-{uuid.uuid4().hex[:8]}"
+
+
+def admin_path(topic: str, suffix: str) -> str:
+    return "/admin/v2/persistent/" + topic.removeprefix("persistent://") + suffix
+
+
+def compact(standalone: StandaloneProcess, topic: str) -> None:
+    """Trigger compaction and wait until it succeeded."""
+    status, _ = rest(standalone.web_url, "PUT", admin_path(topic, "/compaction"))
+    assert status == 204
+
+    def done() -> bool:
+        answer = rest(standalone.web_url, "GET", admin_path(topic, "/compaction"))[1]
+        assert answer["status"] != "ERROR", answer
+        return bool(answer["status"] == "SUCCESS")
+
+    until_blocking(done, timeout=30)
+
+
+def read_all(client: pulsar.Client, topic: str, *, compacted: bool) -> list[tuple[str, str]]:
+    """(key, value) of everything a reader from the earliest reads."""
+    reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=compacted)
+    got = []
+    try:
+        while reader.has_message_available():
+            message = reader.read_next(10_000)
+            got.append((message.partition_key(), message.data().decode()))
+    finally:
+        reader.close()
+    return got
+
+
+def produce(
+    client: pulsar.Client, topic: str, messages: list[tuple[str, str]], batched: bool
+) -> None:
+    producer = client.create_producer(
+        topic,
+        batching_enabled=batched,
+        batching_max_messages=1000,
+        batching_max_publish_delay_ms=1000,
+    )
+    for key, value in messages:
+        producer.send_async(value.encode(), None, partition_key=key)
+    producer.flush()
+    producer.close()
+
+
+UPDATES = [("a", "a1"), ("b", "b1"), ("a", "a2"), ("c", "c1"), ("b", "b2"), ("a", "a3")]
+LATEST = [("c", "c1"), ("b", "b2"), ("a", "a3")]
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_a_compacted_reader_reads_the_latest_value_of_each_key(
+    standalone: StandaloneProcess, client: pulsar.Client, topic: str, batched: bool
+) -> None:
+    produce(client, topic, UPDATES, batched)
+    status, answer = rest(standalone.web_url, "GET", admin_path(topic, "/compaction"))
+    assert (status, answer) == (200, {"status": "NOT_RUN", "lastError": ""})
+    compact(standalone, topic)
+    assert read_all(client, topic, compacted=True) == LATEST
+    assert read_all(client, topic, compacted=False) == UPDATES
+    produce(client, topic, [("b", "b3")], batched)  # after the horizon: read as it is
+    assert read_all(client, topic, compacted=True) == [*LATEST, ("b", "b3")]
+    stats = rest(standalone.web_url, "GET", admin_path(topic, "/stats"))[1]
+    assert stats["compaction"]["lastCompactionRemovedEventCount"] == 3
+    assert "__compaction" in stats["subscriptions"]
+
+
+def test_an_empty_value_deletes_its_key(
+    standalone: StandaloneProcess, client: pulsar.Client, topic: str
+) -> None:
+    produce(client, topic, [("a", "1"), ("b", "1"), ("a", "")], batched=False)
+    compact(standalone, topic)
+    assert read_all(client, topic, compacted=True) == [("b", "1")]
+
+
+def test_a_compacted_consumer_acknowledges_and_resumes(
+    standalone: StandaloneProcess, client: pulsar.Client, topic: str
+) -> None:
+    produce(client, topic, UPDATES, batched=False)
+    compact(standalone, topic)
+    consumer = client.subscribe(
+        topic,
+        "compacted",
+        is_read_compacted=True,
+        initial_position=pulsar.InitialPosition.Earliest,
+    )
+    first = consumer.receive(10_000)
+    consumer.acknowledge(first)
+    consumer.close()
+    consumer = client.subscribe(topic, "compacted", is_read_compacted=True)
+    rest_of_them = [consumer.receive(10_000) for _ in range(2)]
+    got = [(m.partition_key(), m.data().decode()) for m in [first, *rest_of_them]]
+    assert got == LATEST
+    consumer.acknowledge_cumulative(rest_of_them[-1])
+    consumer.close()
+    stats = rest(standalone.web_url, "GET", admin_path(topic, "/stats"))[1]
+    assert stats["subscriptions"]["compacted"]["msgBacklog"] == 0
+
+
+def test_compacting_a_topic_that_does_not_exist_is_404(
+    standalone: StandaloneProcess,
+) -> None:
+    missing = f"persistent://public/default/missing-{uuid.uuid4().hex[:8]}"
+    status, _ = rest(standalone.web_url, "PUT", admin_path(missing, "/compaction"))
+    assert status == 404
+
+
+def test_what_compaction_kept_outlives_the_ledgers_it_came_from(
+    standalone: StandaloneProcess, client: pulsar.Client, topic: str
+) -> None:
+    produce(client, topic, UPDATES, batched=False)
+    compact(standalone, topic)
+    before = rest(standalone.web_url, "GET", admin_path(topic, "/internalStats"))[1]
+    first_ledger = before["ledgers"][0]["ledgerId"]
+    assert rest(standalone.web_url, "PUT", admin_path(topic, "/unload"))[0] == 204
+    produce(client, topic, [("d", "d1")], batched=False)  # loads it again, on a new ledger
+
+    def trimmed() -> bool:
+        stats = rest(standalone.web_url, "GET", admin_path(topic, "/internalStats"))[1]
+        return all(ledger["ledgerId"] != first_ledger for ledger in stats["ledgers"])
+
+    until_blocking(trimmed, timeout=30)
+    assert read_all(client, topic, compacted=True) == [*LATEST, ("d", "d1")]
+    assert read_all(client, topic, compacted=False) == [("d", "d1")]
