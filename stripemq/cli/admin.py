@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -828,6 +829,19 @@ def _add_topics(commands: Any) -> None:
         _topics_terminate,
     )
     _topic_command(commands, "lookup", "Look up the broker serving a topic", _topics_lookup)
+    _topic_command(commands, "compact", "Run compaction on the specified topic", _topics_compact)
+    _topic_command(
+        commands,
+        "compaction-status",
+        "Status of compaction on a topic",
+        _topics_compaction_status,
+    ).add_argument(
+        "-w",
+        "--wait-complete",
+        dest="wait_complete",
+        action="store_true",
+        help="wait for compaction to complete",
+    )
     _add_topic_schema_validation(commands)
 
 
@@ -1612,6 +1626,32 @@ def _topics_unload(args: argparse.Namespace, client: AdminClient) -> Any:
 def _topics_terminate(args: argparse.Namespace, client: AdminClient) -> Any:
     last = client.post(f"{_topic_path(args, persistent=True)}/terminate").json()
     return Text(f"Topic successfully terminated at {format_message_id(last)}")
+
+
+def _topics_compact(args: argparse.Namespace, client: AdminClient) -> Any:
+    client.put(f"{_topic_path(args, persistent=True)}/compaction")
+    return Text(f"Topic compaction requested for {_topic(args, persistent=True)}")
+
+
+COMPACTION_POLL_S = 1.0  # how often ``compaction-status -w`` asks again
+
+
+def _topics_compaction_status(args: argparse.Namespace, client: AdminClient) -> Any:
+    """pulsar-admin's texts; a failed compaction is an error (exit status 1)."""
+    path = f"{_topic_path(args, persistent=True)}/compaction"
+    status = client.get(path).json()
+    while args.wait_complete and status.get("status") == "RUNNING":
+        time.sleep(COMPACTION_POLL_S)
+        status = client.get(path).json()
+    state = status.get("status")
+    if state == "NOT_RUN":
+        topic = _topic(args, persistent=True)
+        return Text(f"Compaction has not been run for {topic} since broker startup")
+    if state == "RUNNING":
+        return Text("Compaction is currently running")
+    if state == "SUCCESS":
+        return Text("Compaction was a success")
+    raise AdminError(f"Error in compaction: Error compacting: {status.get('lastError', '')}")
 
 
 def _topics_lookup(args: argparse.Namespace, client: AdminClient) -> Any:

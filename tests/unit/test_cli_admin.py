@@ -930,6 +930,48 @@ def test_terminate_prints_the_last_message_id(broker: FakeBroker, capsys: Any) -
     assert capsys.readouterr().out == "Topic successfully terminated at 9:4:-1\n"
 
 
+def test_compact_requests_compaction(broker: FakeBroker, capsys: Any) -> None:
+    broker.on("PUT", f"{TOPIC}/compaction", Answer(204))
+    assert run(broker, "topics", "compact", "acme/billing/orders") == 0
+    assert broker.seen[0].method == "PUT"
+    out = capsys.readouterr().out
+    assert out == "Topic compaction requested for persistent://acme/billing/orders\n"
+
+
+@pytest.mark.parametrize(
+    ("status", "printed"),
+    [
+        (
+            "NOT_RUN",
+            "Compaction has not been run for persistent://acme/billing/orders since broker startup",
+        ),
+        ("RUNNING", "Compaction is currently running"),
+        ("SUCCESS", "Compaction was a success"),
+    ],
+)
+def test_compaction_status_says_how_it_went(
+    broker: FakeBroker, capsys: Any, status: str, printed: str
+) -> None:
+    broker.on("GET", f"{TOPIC}/compaction", answer_json({"status": status, "lastError": ""}))
+    assert run(broker, "topics", "compaction-status", "acme/billing/orders") == 0
+    assert capsys.readouterr().out == printed + "\n"
+
+
+def test_compaction_status_waits_and_a_failure_is_an_error(
+    broker: FakeBroker, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(admin, "COMPACTION_POLL_S", 0.0)
+    broker.on(
+        "GET",
+        f"{TOPIC}/compaction",
+        answer_json({"status": "RUNNING", "lastError": ""}),
+        answer_json({"status": "ERROR", "lastError": "bookies are gone"}),
+    )
+    assert run(broker, "topics", "compaction-status", "-w", "acme/billing/orders") == 1
+    assert len(broker.seen) == 2
+    assert "Error compacting: bookies are gone" in capsys.readouterr().err
+
+
 def test_peek_reads_positions_until_there_are_no_more(broker: FakeBroker, capsys: Any) -> None:
     def message(entry: int, body: bytes) -> Answer:
         headers = {"X-Pulsar-Message-ID": f"3:{entry}", "X-Pulsar-publish-time": "1000"}
