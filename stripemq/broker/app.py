@@ -86,6 +86,8 @@ def topic_policies(config: BrokerConfig) -> TopicPolicies:
         allow_auto_update_schema=config.is_allow_auto_update_schema_enabled,
         schema_validation_enforced=config.is_schema_validation_enforced,
         compaction_retain_null_key=config.topic_compaction_retain_null_key,
+        compaction_threshold_bytes=config.broker_service_compaction_threshold_in_bytes,
+        compaction_check_interval_s=config.broker_service_compaction_monitor_interval_in_seconds,
     )
 
 

@@ -287,6 +287,17 @@ class BrokerConfig:
         "producer_exception or consumer_backlog_eviction.",
         pulsar_name="backlogQuotaDefaultRetentionPolicy",
     )
+    broker_service_compaction_threshold_in_bytes: int = setting(
+        0,
+        "Compact a topic once the backlog of its compaction cursor passes this many bytes "
+        "(0: never); a namespace's or topic's compactionThreshold overrides it.",
+        pulsar_name="brokerServiceCompactionThresholdInBytes",
+    )
+    broker_service_compaction_monitor_interval_in_seconds: float = setting(
+        60,
+        "How often topics are checked against their compaction threshold.",
+        pulsar_name="brokerServiceCompactionMonitorIntervalInSeconds",
+    )
     topic_compaction_retain_null_key: bool = setting(
         False,
         "Whether topic compaction keeps messages without a key (else it leaves them out, "

@@ -92,6 +92,9 @@ class BrokerDefaults(Protocol):
     @property
     def schema_validation_enforced(self) -> bool: ...
 
+    @property
+    def compaction_threshold_bytes(self) -> int: ...
+
 
 def _unlimited_quotas() -> dict[BacklogQuotaType, BacklogQuota]:
     return {kind: UNLIMITED_QUOTA for kind in BacklogQuotaType}
@@ -121,6 +124,7 @@ class EffectivePolicies:
     schema_compatibility_strategy: CompatibilityStrategy = CompatibilityStrategy.FULL
     allow_auto_update_schema: bool = True
     schema_validation_enforced: bool = False
+    compaction_threshold_bytes: int = 0  # 0: never compacted for its backlog's size
 
     def backlog_quota(self, kind: BacklogQuotaType) -> BacklogQuota:
         return self.backlog_quotas.get(kind, UNLIMITED_QUOTA)
@@ -185,6 +189,11 @@ def resolve(policies: Policies, defaults: BrokerDefaults, cluster: str) -> Effec
         # namespace's).
         schema_validation_enforced=(
             policies.schema_validation_enforced or defaults.schema_validation_enforced
+        ),
+        compaction_threshold_bytes=(
+            policies.compaction_threshold
+            if policies.compaction_threshold is not None
+            else defaults.compaction_threshold_bytes
         ),
     )
 

@@ -33,6 +33,7 @@ from stripemq.errors import StripeMQError
 MAX_BUNDLES = 1024
 # Bounds that keep a mistyped figure from meaning "for ever" by overflow.
 MAX_INT = (1 << 31) - 1  # a Java int (Pulsar's minutes, seconds and message rates)
+MAX_LONG = (1 << 63) - 1  # a Java long (Pulsar's byte counts)
 MAX_LONG = (1 << 63) - 1  # a Java long (bytes)
 
 
@@ -68,6 +69,13 @@ def parse_int(body: object, what: str, *, low: int = 0, high: int = MAX_INT) -> 
     if not low <= body <= high:
         raise InvalidPolicyError(f"Invalid value for {what}: {body} (must be in {low}..{high})")
     return body
+
+
+def parse_compaction_threshold(body: object) -> int:
+    """A compaction threshold in bytes: 0 (never compact by size) or more."""
+    if isinstance(body, int) and not isinstance(body, bool) and body < 0:
+        raise InvalidPolicyError("compactionThreshold must be 0 or more")
+    return parse_int(body, "compactionThreshold", high=MAX_LONG)
 
 
 def parse_bool(body: object, what: str) -> bool:
@@ -317,6 +325,8 @@ class Policies:
     schema_compatibility_strategy: CompatibilityStrategy = CompatibilityStrategy.UNDEFINED
     is_allow_auto_update_schema: bool | None = None
     schema_validation_enforced: bool = False
+    # Backlog bytes past which a topic is compacted (0: never; None: the broker's setting).
+    compaction_threshold: int | None = None
     # Pulsar's auth_policies.namespace_auth: the actions (produce, consume...) granted to
     # each role on the namespace.
     namespace_auth: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -352,6 +362,7 @@ class Policies:
             "schema_compatibility_strategy": self.schema_compatibility_strategy.value,
             "is_allow_auto_update_schema": self.is_allow_auto_update_schema,
             "schema_validation_enforced": self.schema_validation_enforced,
+            "compaction_threshold": self.compaction_threshold,
             "deleted": False,
         }
 
@@ -375,7 +386,11 @@ class Policies:
         strategy = doc.get("schema_compatibility_strategy")
         auto_update = doc.get("is_allow_auto_update_schema")
         enforced = doc.get("schema_validation_enforced")
+        threshold = doc.get("compaction_threshold")
         return cls(
+            compaction_threshold=(
+                parse_compaction_threshold(threshold) if threshold is not None else None
+            ),
             schema_compatibility_strategy=(
                 parse_schema_strategy(strategy)
                 if strategy is not None

@@ -9,6 +9,9 @@
 - Subscription expiry, every ``subscription_expiry_check_interval_in_minutes`` (Pulsar's
   ``subscriptionExpiryCheckIntervalInMinutes``, 5): subscriptions without consumers for
   longer than the effective expiration time are deleted (``subscription_expiry``).
+- Compaction by size, every ``broker_service_compaction_monitor_interval_in_seconds``
+  (Pulsar's ``brokerServiceCompactionMonitorIntervalInSeconds``, 60): each topic whose
+  uncompacted backlog passes its compaction threshold is compacted (``compaction.threshold``).
 
 A failure on one topic is logged and the check goes on with the next; a check never stops
 the broker, and the next round tries again.
@@ -23,6 +26,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING
 
 from stripemq.broker.backlog_monitor import enforce
+from stripemq.broker.compaction.threshold import compact_if_due
 from stripemq.broker.message_expiry import expire_topic
 from stripemq.broker.subscription_expiry import expire_subscriptions
 from stripemq.errors import StripeMQError
@@ -75,6 +79,7 @@ class PolicyChecks:
         message_expiry_interval_s: float,
         backlog_quota_interval_s: float,
         subscription_expiry_interval_s: float = 0.0,
+        compaction_interval_s: float = 0.0,
     ) -> None:
         self.topics = topics
         self.tasks = [
@@ -85,6 +90,7 @@ class PolicyChecks:
                 subscription_expiry_interval_s,
                 self.check_subscription_expiry,
             ),
+            PeriodicTask("compaction", compaction_interval_s, self.check_compaction),
         ]
 
     def start(self) -> None:
@@ -106,6 +112,11 @@ class PolicyChecks:
             limit = topic.policies.subscription_expiration_minutes
             if limit > 0 and topic.serving:
                 await self._check(topic, "subscription expiry", expire_subscriptions(topic, limit))
+
+    async def check_compaction(self) -> None:
+        for topic in list(self.topics()):
+            if topic.serving:
+                await self._check(topic, "compaction check", compact_if_due(topic))
 
     async def check_backlog_quotas(self) -> None:
         for topic in list(self.topics()):

@@ -74,10 +74,12 @@ class TopicPolicies:
     allow_auto_update_schema: bool = True
     schema_validation_enforced: bool = False
     compaction_retain_null_key: bool = False  # compaction keeps messages without a key
+    compaction_threshold_bytes: int = 0  # backlog bytes that start a compaction (0: never)
     # How often the TTL, backlog-quota and subscription-expiry checks run (0: never).
     message_expiry_check_interval_s: float = 300.0
     backlog_quota_check_interval_s: float = 60.0
     subscription_expiry_check_interval_s: float = 300.0
+    compaction_check_interval_s: float = 60.0
 
 
 class BrokerService:
@@ -118,6 +120,7 @@ class BrokerService:
             message_expiry_interval_s=self.policies.message_expiry_check_interval_s,
             backlog_quota_interval_s=self.policies.backlog_quota_check_interval_s,
             subscription_expiry_interval_s=self.policies.subscription_expiry_check_interval_s,
+            compaction_interval_s=self.policies.compaction_check_interval_s,
         )
 
     async def start(self) -> None:

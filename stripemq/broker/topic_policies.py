@@ -34,6 +34,7 @@ from stripemq.broker.policies import (
     RetentionPolicies,
     parse_backlog_quota_type,
     parse_bool,
+    parse_compaction_threshold,
     parse_int,
     parse_schema_strategy,
 )
@@ -61,6 +62,7 @@ class TopicLevelPolicies:
     subscription_dispatch_rate: DispatchRate | None = None
     schema_compatibility_strategy: CompatibilityStrategy | None = None
     schema_validation_enforced: bool | None = None
+    compaction_threshold: int | None = None
 
     def with_(self, **changes: Any) -> TopicLevelPolicies:
         return dataclasses.replace(self, **changes)
@@ -89,6 +91,8 @@ class TopicLevelPolicies:
             changes["schema_compatibility_strategy"] = self.schema_compatibility_strategy
         if self.schema_validation_enforced is not None:
             changes["schema_validation_enforced"] = self.schema_validation_enforced
+        if self.compaction_threshold is not None:
+            changes["compaction_threshold"] = self.compaction_threshold
         return namespace.with_(**changes)
 
     def to_json(self) -> dict[str, Any]:
@@ -112,6 +116,8 @@ class TopicLevelPolicies:
             doc["schemaCompatibilityStrategy"] = self.schema_compatibility_strategy.value
         if self.schema_validation_enforced is not None:
             doc["schemaValidationEnforced"] = self.schema_validation_enforced
+        if self.compaction_threshold is not None:
+            doc["compactionThreshold"] = self.compaction_threshold
         return doc
 
     @classmethod
@@ -143,6 +149,7 @@ class TopicLevelPolicies:
             schema_validation_enforced=optional(
                 "schemaValidationEnforced", lambda v: parse_bool(v, "schemaValidationEnforced")
             ),
+            compaction_threshold=optional("compactionThreshold", parse_compaction_threshold),
         )
 
 

@@ -497,6 +497,23 @@ def _add_policy_commands(commands: Any, level: PolicyLevel) -> None:
         "-t", "--type", dest="quota_type", default="destination_storage", help="backlog quota type"
     )
 
+    threshold = make(
+        commands,
+        "set-compaction-threshold",
+        f"Set the compaction threshold {of}",
+        _ns_set_compaction_threshold,
+    )
+    threshold.add_argument(
+        "-t",
+        "--threshold",
+        required=True,
+        help="uncompacted backlog before compaction runs (eg: 10M, 16G, 3T); "
+        "0 disables automatic compaction",
+    )
+    _policy_get_remove(
+        commands, "compaction-threshold", "compactionThreshold", "the compaction threshold", level
+    )
+
     dedup = make(
         commands, "set-deduplication", f"Enable or disable deduplication {of}", _ns_set_flag
     )
@@ -1216,6 +1233,18 @@ def _ns_set_message_ttl(args: argparse.Namespace, client: AdminClient) -> Any:
         client.post(f"{path}/messageTTL", query={"messageTTL": seconds})
     else:
         client.post(f"{path}/messageTTL", body=seconds)
+    return NOTHING
+
+
+def _ns_set_compaction_threshold(args: argparse.Namespace, client: AdminClient) -> Any:
+    threshold = parse_size(args.threshold)
+    if threshold < 0:
+        raise ArgumentFormatError("the compaction threshold must be 0 or more bytes")
+    path = f"{_policy_path(args)}/compactionThreshold"
+    if _topic_level(args):  # Pulsar sets a topic's with POST, a namespace's with PUT
+        client.post(path, body=threshold)
+    else:
+        client.put(path, body=threshold)
     return NOTHING
 
 

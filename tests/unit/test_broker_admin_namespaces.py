@@ -666,3 +666,16 @@ async def test_many_concurrent_grants_all_land(admin: Admin) -> None:
     assert [status for status, _ in results] == [204] * len(roles)
     status, permissions = await admin.call("GET", f"{DEFAULT}/permissions")
     assert status == 200 and set(roles) <= set(permissions)
+
+
+async def test_the_compaction_threshold_is_put_read_and_removed(admin: Admin) -> None:
+    url = f"{DEFAULT}/compactionThreshold"
+    assert await admin.call("GET", url) == (204, None)
+    assert (await admin.call("PUT", url, 1048576))[0] == 204
+    assert await admin.call("GET", url) == (200, 1048576)
+    status, body = await admin.call("PUT", url, -1)
+    assert (status, body["reason"]) == (412, "compactionThreshold must be 0 or more")
+    _, document = await admin.call("GET", DEFAULT)
+    assert document["compaction_threshold"] == 1048576
+    assert (await admin.call("DELETE", url))[0] == 204
+    assert await admin.call("GET", url) == (204, None)

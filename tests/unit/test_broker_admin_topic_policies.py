@@ -47,6 +47,7 @@ async def test_each_policy_is_set_read_and_removed(app: App) -> None:
             {"publishThrottlingRateInMsg": 5, "publishThrottlingRateInByte": -1},
         ),
         ("schemaCompatibilityStrategy", "PUT", "BACKWARD"),
+        ("compactionThreshold", "POST", 10 * 1024 * 1024),
     ]
     assert await app.call("GET", f"{TOPIC}/schemaValidationEnforced") == (200, False)
     for path, method, body in cases:

@@ -5,6 +5,7 @@ metadata, the in-memory ledger client)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import cast
 
 import pytest
@@ -24,6 +25,7 @@ from stripemq.broker.compaction.rules import (
     hide_compacted_out,
     read_messages,
 )
+from stripemq.broker.compaction.threshold import compact_if_due, uncompacted_bytes
 from stripemq.broker.compaction.topic_compaction import COMPACTED_LEDGER_PROPERTY
 from stripemq.broker.dispatch import ConsumerSlot
 from stripemq.broker.names import COMPACTION_CURSOR
@@ -462,3 +464,32 @@ def test_a_batchs_compacted_out_messages_go_as_acknowledged_in_the_ack_set() -> 
     assert hide_compacted_out([False, True, True], rewritten) == [False, False, True]
     assert hide_compacted_out(None, entries[0]) is None  # nothing compacted out
     assert hide_compacted_out([True], single("a", b"1")) == [True]
+
+
+# ---------------------------------------------------------------------------- by size
+
+
+async def test_a_topic_past_its_threshold_is_compacted(store: MetadataStore) -> None:
+    topic = await live_topic(store)
+    await publish(topic, ("a", b"1" * 100), ("a", b"2" * 100))
+    assert not await compact_if_due(topic)  # no threshold: never
+    topic.policies = dataclasses.replace(topic.policies, compaction_threshold_bytes=10_000)
+    assert uncompacted_bytes(topic) == topic.ml.chain.size  # nothing holds it: all of it
+    assert not await compact_if_due(topic)
+    topic.policies = dataclasses.replace(topic.policies, compaction_threshold_bytes=100)
+    assert await compact_if_due(topic)
+    await topic.compaction.wait()
+    assert topic.compaction.status is CompactionStatus.SUCCESS
+    assert uncompacted_bytes(topic) == 0  # the compaction cursor read it all
+    assert not await compact_if_due(topic)
+    await publish(topic, ("b", b"3" * 200))
+    assert uncompacted_bytes(topic) > 100
+    assert await compact_if_due(topic)
+    await topic.compaction.wait()
+
+
+async def test_without_a_compaction_cursor_the_backlog_counts(store: MetadataStore) -> None:
+    topic = await live_topic(store)
+    await topic.subscribe("s", SubType.Exclusive, InitialPosition.Latest)
+    await publish(topic, ("a", b"1"))
+    assert uncompacted_bytes(topic) == topic.estimated_backlog_size() > 0

@@ -29,7 +29,8 @@ DELETE: ``retention``, ``messageTTL`` (bare seconds), ``subscriptionExpirationTi
 minutes; 0: never), ``backlogQuota``
 (``?backlogQuotaType=destination_storage|message_age``; ``backlogQuotaMap`` lists them),
 ``deduplication`` (bare bool), ``publishRate``, ``dispatchRate``,
-``subscriptionDispatchRate`` (rates are this broker's cluster's), ``autoTopicCreation``;
+``subscriptionDispatchRate`` (rates are this broker's cluster's), ``autoTopicCreation``,
+``compactionThreshold`` (PUT bare bytes; 0: never compacted by size);
 for schemas ``schemaCompatibilityStrategy`` (PUT a strategy name; GET answers "UNDEFINED"
 while unset), ``isAllowAutoUpdateSchema`` (bare bool; GET answers the broker's while unset)
 and ``schemaValidationEnforced`` (bare bool; ``?applied=true`` counts the broker's too).
@@ -92,6 +93,7 @@ from stripemq.broker.policies import (
     bundle_boundaries,
     parse_backlog_quota_type,
     parse_bool,
+    parse_compaction_threshold,
     parse_int,
     parse_schema_strategy,
 )
@@ -355,6 +357,13 @@ POLICY_ENDPOINTS = (
             schema_validation_enforced=parse_bool(body, "schemaValidationEnforced")
         ),
         lambda p, s: p.with_(schema_validation_enforced=False),
+    ),
+    PolicyEndpoint(
+        "compactionThreshold",
+        lambda p, s: p.compaction_threshold,
+        lambda p, body, s: p.with_(compaction_threshold=parse_compaction_threshold(body)),
+        lambda p, s: p.with_(compaction_threshold=None),
+        set_method="PUT",
     ),
     PolicyEndpoint(
         "autoTopicCreation",

@@ -8,11 +8,11 @@ for ``schemaCompatibilityStrategy``; UNDEFINED unsets it) and DELETE:
 ``retention``, ``messageTTL`` (``POST ...?messageTTL=<seconds>``), ``backlogQuota``
 (``?backlogQuotaType=``; ``backlogQuotaMap`` lists them), ``deduplicationEnabled`` (bare
 bool), ``publishRate``, ``dispatchRate``, ``subscriptionDispatchRate``,
-``schemaCompatibilityStrategy`` (a strategy name) and ``schemaValidationEnforced`` (bare
-bool; GET answers ``false`` while unset). ``isGlobal`` is taken and ignored: there is
-one scope, the cluster's. A change is validated before it is stored, by compare-and-set
-as namespace policies are, and the broker serving the topic applies it at once
-(``TopicPolicyCache``).
+``schemaCompatibilityStrategy`` (a strategy name), ``schemaValidationEnforced`` (bare
+bool; GET answers ``false`` while unset) and ``compactionThreshold`` (bare bytes).
+``isGlobal`` is taken and ignored: there is one scope, the cluster's. A change is
+validated before it is stored, by compare-and-set as namespace policies are, and the broker
+serving the topic applies it at once (``TopicPolicyCache``).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from stripemq.broker.policies import (
     RetentionPolicies,
     parse_backlog_quota_type,
     parse_bool,
+    parse_compaction_threshold,
     parse_int,
 )
 from stripemq.broker.topic_policies import (
@@ -215,6 +216,12 @@ TOPIC_POLICY_ENDPOINTS = (
         lambda body: parse_bool(body, "schemaValidationEnforced"),
         lambda p, c, q: p.schema_validation_enforced,
         unset=False,  # a boolean in Pulsar's TopicPolicies
+    ),
+    _field(
+        "compactionThreshold",
+        "compaction_threshold",
+        parse_compaction_threshold,
+        lambda p, c, q: p.compaction_threshold_bytes,
     ),
 )
 
