@@ -246,7 +246,6 @@ class AsyncClient:
         _unsupported(
             schema=schema,
             message_listener=message_listener,
-            is_read_compacted=is_read_compacted,
             crypto_key_reader=crypto_key_reader,
             replicate_subscription_state_enabled=replicate_subscription_state_enabled,
         )
@@ -272,6 +271,7 @@ class AsyncClient:
             retry_enable=retry_enable,
             ack_grouping_time_ms=ack_grouping_time_ms,
             priority_level=priority_level,
+            is_read_compacted=is_read_compacted,
         )
         consumer: ConsumerBase
         if isinstance(topic, re.Pattern):
@@ -330,7 +330,6 @@ class AsyncClient:
         _unsupported(
             schema=schema,
             reader_listener=reader_listener,
-            is_read_compacted=is_read_compacted,
             crypto_key_reader=crypto_key_reader,
         )
         if not isinstance(start_message_id, MessageId):
@@ -347,6 +346,7 @@ class AsyncClient:
             start_message_id_inclusive=start_message_id_inclusive,
             durable=False,
             start_message_id=start_message_id,
+            is_read_compacted=is_read_compacted,
             initial_position=(
                 InitialPosition.Earliest
                 if start_message_id == MessageId.earliest

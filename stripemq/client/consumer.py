@@ -82,6 +82,7 @@ class ConsumerConfig:
     priority_level: int = 0
     durable: bool = True  # False for a reader
     start_message_id: MessageId | None = None  # a reader's start
+    is_read_compacted: bool = False  # read what topic compaction kept, then the rest
 
     def __post_init__(self) -> None:
         if not self.subscription_name:
@@ -90,6 +91,13 @@ class ConsumerConfig:
             raise InvalidConfigurationError("receiver_queue_size must be at least 1")
         if self.unacked_messages_timeout_ms is not None and self.unacked_messages_timeout_ms < 1000:
             raise InvalidConfigurationError("unacked_messages_timeout_ms must be at least 1000")
+        if self.is_read_compacted and self.consumer_type not in (
+            ConsumerType.Exclusive,
+            ConsumerType.Failover,
+        ):
+            raise InvalidConfigurationError(
+                "is_read_compacted is only allowed on Exclusive or Failover subscriptions"
+            )
         if self.retry_enable and self.dead_letter_policy is None:
             self.dead_letter_policy = ConsumerDeadLetterPolicy(max_redeliver_count=16)
 
@@ -333,6 +341,7 @@ class TopicConsumer(ConnectionHandler, ConsumerBase):
             priority_level=config.priority_level,
             durable=config.durable,
             initialPosition=config.initial_position.value,
+            read_compacted=config.is_read_compacted,
         )
         for key, value in config.properties.items():
             command.metadata.add(key=key, value=value)
@@ -453,10 +462,17 @@ class TopicConsumer(ConnectionHandler, ConsumerBase):
         singles = decode_batch(payload, count)
         words = command.ack_set or command.message_id.ack_set  # older brokers: the latter
         unacked = bits_of(words, count) if words else None
+        if any(single.metadata.compacted_out for single in singles):
+            # Left out by topic compaction: never delivered, counted as acknowledged (the
+            # Java client's rule; the broker's ack set says so too).
+            unacked = [
+                (unacked is None or unacked[i]) and not single.metadata.compacted_out
+                for i, single in enumerate(singles)
+            ]
         messages = []
         for index, single in enumerate(singles):
             if unacked is not None and not unacked[index]:
-                continue  # acknowledged before (batch-index ack)
+                continue  # acknowledged before (batch-index ack), or compacted out
             message_id = MessageId(
                 ledger_id=ledger,
                 entry_id=entry,

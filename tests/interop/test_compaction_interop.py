@@ -14,6 +14,7 @@ from pathlib import Path
 import pulsar
 import pytest
 
+from stripemq import client as stripemq_client
 from stripemq.testing.polling import until_blocking
 from stripemq.testing.rest import rest
 from stripemq.testing.standalone import StandaloneProcess
@@ -168,3 +169,22 @@ def test_what_compaction_kept_outlives_the_ledgers_it_came_from(
     until_blocking(trimmed, timeout=30)
     assert read_all(client, topic, compacted=True) == [*LATEST, ("d", "d1")]
     assert read_all(client, topic, compacted=False) == [("d", "d1")]
+
+
+def test_stripemqs_own_client_reads_compacted_too(
+    standalone: StandaloneProcess, client: pulsar.Client, topic: str
+) -> None:
+    produce(client, topic, UPDATES, batched=True)
+    compact(standalone, topic)
+    own = stripemq_client.Client(standalone.service_url)
+    try:
+        reader = own.create_reader(
+            topic, stripemq_client.MessageId.earliest, is_read_compacted=True
+        )
+        got = []
+        while reader.has_message_available():
+            message = reader.read_next(10_000)
+            got.append((message.partition_key(), message.data().decode()))
+    finally:
+        own.close()
+    assert got == LATEST

@@ -3,11 +3,14 @@ filters out, and whether a topic has messages after the last one seen."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stripemq.client.consumer import StartFilter, has_messages_after
+from stripemq.client.consumer import ConsumerConfig, StartFilter, has_messages_after
 from stripemq.client.message import MessageId
+from stripemq.client.options import ConsumerType
+from stripemq.errors import InvalidConfigurationError
 
 
 def _kept(start: StartFilter, ids: list[MessageId]) -> list[MessageId]:
@@ -148,3 +151,11 @@ def test_after_within_the_last_entry() -> None:
         MessageId(ledger_id=1, entry_id=5, partition=-1, batch_index=2, batch_size=3),
         MessageId(ledger_id=1, entry_id=5, partition=-1, batch_index=2, batch_size=3),
     )
+
+
+def test_only_exclusive_and_failover_consumers_may_read_compacted() -> None:
+    for allowed in (ConsumerType.Exclusive, ConsumerType.Failover):
+        ConsumerConfig("s", consumer_type=allowed, is_read_compacted=True)
+    for refused in (ConsumerType.Shared, ConsumerType.KeyShared):
+        with pytest.raises(InvalidConfigurationError, match="Exclusive or Failover"):
+            ConsumerConfig("s", consumer_type=refused, is_read_compacted=True)
