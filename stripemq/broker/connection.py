@@ -882,18 +882,24 @@ class ServerConnection:
     async def _on_seek(self, body: pb.CommandSeek) -> None:
         consumer = self._consumer(body.consumer_id)
         subscription = consumer.subscription
+        to_earliest = False
         if body.HasField("message_id"):
             limits.check_seek_id(body.message_id)
             position = start_position(body.message_id)
             if position is None:
                 position = subscription.topic.ml.chain.write_position()
             elif position == EARLIEST:
+                to_earliest = True
                 position = subscription.topic.ml.chain.first_position()
         elif body.HasField("message_publish_time"):
             position = await subscription.topic.find_by_publish_time(body.message_publish_time)
         else:
             raise BrokerError(pb.NotAllowedError, "a seek needs a message id or a publish time")
+        if to_earliest and consumer.read_compacted:
+            await subscription.topic.compaction.compacted()  # opened before the seek
         disconnected = subscription.seek(position)
+        if to_earliest and consumer.read_compacted:
+            subscription.read_compacted_from_earliest()
         # The consumers are closed before the seek is answered, as Pulsar's resetCursor
         # does: the C++ client then resubscribes from the position sought; answered first,
         # it resubscribes after the last message it had and filters out what it is sent.

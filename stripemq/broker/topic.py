@@ -60,6 +60,7 @@ from stripemq.broker.stats import (
 )
 from stripemq.clock import now_ms  # the clock producers set delivery times by
 from stripemq.errors import (
+    BookieError,
     BrokerError,
     ConsumerAssignError,
     CursorNotFoundError,
@@ -669,7 +670,13 @@ class Subscription:
         if self.reads_compacted and self.topic.compaction.has_compacted:
             compacted = await self.topic.compaction.compacted()
             if compacted is not None and start <= compacted.horizon:
-                entries = await compacted.read_from(start, max_entries)
+                try:
+                    entries = await compacted.read_from(start, max_entries)
+                except BookieError:
+                    if self.topic.compaction.opened is compacted:
+                        raise
+                    # Replaced (and deleted) by a newer compaction meanwhile: read that.
+                    return await self._read(start, max_entries)
                 if entries:
                     return entries
                 start = compacted.horizon.next()

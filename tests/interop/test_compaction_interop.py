@@ -169,6 +169,15 @@ def test_what_compaction_kept_outlives_the_ledgers_it_came_from(
     until_blocking(trimmed, timeout=30)
     assert read_all(client, topic, compacted=True) == [*LATEST, ("d", "d1")]
     assert read_all(client, topic, compacted=False) == [("d", "d1")]
+    consumer = client.subscribe(
+        topic, "late", is_read_compacted=True, initial_position=pulsar.InitialPosition.Earliest
+    )
+    expected = [*LATEST, ("d", "d1")]
+    for _ in range(2):  # from its start, then again after a seek to the earliest
+        got = [consumer.receive(10_000) for _ in expected]
+        assert [(m.partition_key(), m.data().decode()) for m in got] == expected
+        consumer.seek(pulsar.MessageId.earliest)
+    consumer.close()
 
 
 def test_stripemqs_own_client_reads_compacted_too(

@@ -30,7 +30,7 @@ from stripemq.broker.compaction.topic_compaction import COMPACTED_LEDGER_PROPERT
 from stripemq.broker.dispatch import ConsumerSlot
 from stripemq.broker.names import COMPACTION_CURSOR
 from stripemq.broker.topic import Consumer, PersistentTopic
-from stripemq.errors import InvalidEntryError, ManagedLedgerError
+from stripemq.errors import InvalidEntryError, ManagedLedgerError, NoSuchLedgerError
 from stripemq.managed_ledger.config import ManagedLedgerConfig
 from stripemq.managed_ledger.managed_ledger import ManagedLedger
 from stripemq.managed_ledger.position import Position
@@ -493,3 +493,27 @@ async def test_without_a_compaction_cursor_the_backlog_counts(store: MetadataSto
     await topic.subscribe("s", SubType.Exclusive, InitialPosition.Latest)
     await publish(topic, ("a", b"1"))
     assert uncompacted_bytes(topic) == topic.estimated_backlog_size() > 0
+
+
+async def test_a_read_of_a_compacted_ledger_replaced_meanwhile_reads_the_new_one(
+    store: MetadataStore,
+) -> None:
+    topic = await live_topic(store)
+    at = await publish(topic, ("a", b"1"), ("a", b"2"))
+    await compacted_now(topic)
+    old = await topic.compaction.compacted()
+    at += await publish(topic, ("b", b"1"))
+    await compacted_now(topic)
+    new = await topic.compaction.compacted()
+    assert old is not None and new is not None and new is not old
+
+    async def switched_and_deleted(start: Position, max_entries: int) -> list[object]:
+        topic.compaction._compacted = new  # the run finished while this read was out
+        raise NoSuchLedgerError(f"ledger {old.ledger_id} is gone")
+
+    old.read_from = switched_and_deleted  # type: ignore[method-assign]
+    topic.compaction._compacted = old  # the read begins on the old ledger
+    sub = await topic.subscribe("s", SubType.Exclusive, InitialPosition.Earliest)
+    sub.consumers[1] = Consumer(ConsumerSlot(1, "c"), Collect(), sub, read_compacted=True)
+    entries = await sub._read(Position(-1, -1), 10)
+    assert [e.position for e in entries] == [at[1], at[2]]
