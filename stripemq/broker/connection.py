@@ -768,7 +768,8 @@ class ServerConnection:
                 "readCompacted only allowed on failover or exclusive subscriptions",
             )
         if body.read_compacted:
-            await topic.compaction.compacted()  # opened now: nothing is awaited below
+            # Opened now: nothing is awaited between subscribing and adding the consumer.
+            await topic.compaction.compacted()
         from_earliest = initial is InitialPosition.Earliest
         if body.durable:
             created = body.subscription not in topic.ml.cursors

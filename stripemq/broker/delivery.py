@@ -148,17 +148,27 @@ class DeliveryState:
 
     # ------------------------------------------------------------------ planning
 
-    def plan(self, entries: list[EntryInfo], *, replay: bool, now_ms: int | None = None) -> Plan:
+    def plan(
+        self,
+        entries: list[EntryInfo],
+        *,
+        replay: bool,
+        now_ms: int | None = None,
+        acked_too: bool = False,
+    ) -> Plan:
         """Deliveries for ``entries`` (replays, or new entries in position order).
 
         New entries due after ``now_ms`` go to the delayed tracker (if there is one) and
-        count as dealt with; replays are never delayed again.
+        count as dealt with; replays are never delayed again. With ``acked_too`` entries
+        the cursor counts as acknowledged go too (what compaction kept of ledgers trimmed
+        behind the cursor).
         """
         deliveries: list[Delivery] = []
         consumed: Position | None = None
         for entry in entries:
             position = entry.position
-            if self.is_acked(position) or self.dispatcher.owner_of(position) is not None:
+            acked = not acked_too and self.is_acked(position)
+            if acked or self.dispatcher.owner_of(position) is not None:
                 if replay:
                     self._forget(position)
                 consumed = position

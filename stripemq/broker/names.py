@@ -7,9 +7,12 @@
 - Subscription names: an empty (or blank) name, the deduplication cursor's name
   (``pulsar.dedup``) and names starting with the replicator's prefix (``pulsar.repl``) are
   refused, as Pulsar's ``PersistentTopic.subscribe`` refuses them ("Subscription with
-  reserved subscription name attempted"). Pulsar answers these with the code of its
-  ``NamingException``, which maps to ``ProducerBusy``; stripemq answers ``NotAllowedError``,
-  the code the official clients report as "operation not allowed".
+  reserved subscription name attempted"); so is the compaction cursor's (``__compaction``),
+  which Pulsar leaves to clients (its compactor subscribes with it): here compaction runs
+  inside the broker, and a client acknowledging on it would move the horizon. Pulsar
+  answers these with the code of its ``NamingException``, which maps to ``ProducerBusy``;
+  stripemq answers ``NotAllowedError``, the code the official clients report as "operation
+  not allowed".
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ def check_subscription_name(name: str) -> None:
         raise ReservedSubscriptionNameError("empty subscription name")
     if name in (".", "..") or "\x00" in name:  # no cursor node could be named so
         raise ReservedSubscriptionNameError(f"invalid subscription name {name!r}")
-    if name == DEDUPLICATION_CURSOR or name.startswith(REPLICATOR_PREFIX):
+    if name in (DEDUPLICATION_CURSOR, COMPACTION_CURSOR) or name.startswith(REPLICATOR_PREFIX):
         log.warning("refused a subscription with the reserved name %r", name)
         raise ReservedSubscriptionNameError(
             f"subscription name {name!r} is reserved (subscription with reserved "

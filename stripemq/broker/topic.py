@@ -25,7 +25,7 @@ from typing import Protocol
 from stripemq.broker import backlog_quota
 from stripemq.broker.backlog_monitor import check_producer_admission
 from stripemq.broker.compaction import TopicCompaction
-from stripemq.broker.compaction.rules import hide_compacted_out
+from stripemq.broker.compaction.rules import compacted_out
 from stripemq.broker.config import DelayedDeliveryConfig
 from stripemq.broker.dedup import Deduplication
 from stripemq.broker.delayed_delivery import DelayedDeliveryTracker
@@ -220,6 +220,9 @@ class Subscription:
         # Consumers told the topic is terminated and read to its end (told once each).
         self._told_end_of_topic: set[int] = set()
         self._reader_last_active_ms = now_ms()  # see last_active_ms: a reader's cursor has none
+        # Where reading what compaction kept of trimmed ledgers goes on, for a consumer
+        # that reads compacted from the earliest (``read_compacted_from_earliest``).
+        self._compacted_from: Position | None = None
 
     @property
     def last_active_ms(self) -> int:
@@ -458,6 +461,7 @@ class Subscription:
         for consumer in consumers:
             self.remove_consumer(consumer)
         self.delivery = self._new_delivery_state()  # delayed entries are read again too
+        self._compacted_from = None
         self._cancel_delayed_timer()
         self._wake.set()
         return consumers
@@ -639,9 +643,16 @@ class Subscription:
 
     async def _deliver_new(self) -> tuple[bool, bool]:
         """``(read anything, moved on)``."""
+        if self._compacted_from is not None:
+            return await self._deliver_compacted_before_topic()
         before = self.cursor.read_position
         start = self.cursor.state.first_unacked_from(before)
-        entries = await self._read(start, self._read_batch())
+        kept = await self._read_compacted(start, self._read_batch())
+        if kept == []:  # compaction left out everything from ``start`` to its horizon
+            horizon = self.topic.compaction.horizon_after(start)
+            self._acknowledge_compacted_away(start, [horizon])
+            start = horizon
+        entries = kept or await self.topic.ml.read_entries(start, self._read_batch())
         if self.cursor.read_position != before:
             # Rewound or reset while reading (a redelivery of everything, a seek): what was
             # read belongs to the old order and is not sent; the loop reads again from the
@@ -654,6 +665,9 @@ class Subscription:
         plan = self.delivery.plan(infos, replay=False, now_ms=now_ms())
         self._send(plan.deliveries, data)
         self._charge_dispatch(plan.deliveries, infos, data)
+        if kept and plan.consumed_through is not None:
+            through = plan.consumed_through
+            self._acknowledge_compacted_away(start, [p for p in data if p <= through])
         if plan.consumed_through is not None:
             self.cursor.state.advance_read(plan.consumed_through)
         self._schedule_delayed_timer()
@@ -667,29 +681,90 @@ class Subscription:
     async def _read(self, start: Position, max_entries: int) -> list[Entry]:
         """Entries from ``start`` on: for consumers that read compacted, what compaction
         kept up to its horizon, then the topic's entries after it."""
-        if self.reads_compacted and self.topic.compaction.has_compacted:
-            compacted = await self.topic.compaction.compacted()
-            if compacted is not None and start <= compacted.horizon:
-                try:
-                    entries = await compacted.read_from(start, max_entries)
-                except BookieError:
-                    if self.topic.compaction.opened is compacted:
-                        raise
-                    # Replaced (and deleted) by a newer compaction meanwhile: read that.
-                    return await self._read(start, max_entries)
-                if entries:
-                    return entries
-                start = compacted.horizon.next()
+        kept = await self._read_compacted(start, max_entries)
+        if kept:
+            return kept
+        if kept is not None:  # nothing kept from ``start`` to the horizon
+            start = self.topic.compaction.horizon_after(start)
         return await self.topic.ml.read_entries(start, max_entries)
 
+    async def _read_compacted(self, start: Position, max_entries: int) -> list[Entry] | None:
+        """What compaction kept from ``start`` on (``None``: the consumers do not read
+        compacted, or ``start`` is past the horizon)."""
+        if not (self.reads_compacted and self.topic.compaction.has_compacted):
+            return None
+        compacted = await self.topic.compaction.compacted()
+        if compacted is None or start > compacted.horizon:
+            return None
+        try:
+            return await compacted.read_from(start, max_entries)
+        except BookieError:
+            if self.topic.compaction.opened is compacted:
+                raise
+            # Replaced (and deleted) by a newer compaction meanwhile: read that.
+            return await self._read_compacted(start, max_entries)
+
+    def _acknowledge_compacted_away(self, start: Position, kept: list[Position]) -> None:
+        """Entries from ``start`` up to the last of ``kept`` (what a read of the compacted
+        ledger gave, and was delivered) that compaction left out are acknowledged: a
+        subscription reading compacted never gets them, and its backlog goes when it has
+        acknowledged what it got."""
+        gap_start = start
+        for position in kept:
+            if gap_start < position:
+                self.cursor.ack_range(
+                    gap_start, Position(position.ledger_id, position.entry_id - 1)
+                )
+            gap_start = max(gap_start, position.next())
+
     def read_compacted_from_earliest(self) -> None:
-        """A consumer reading compacted from the earliest: if the cursor still sits at
-        the topic's first entry, it starts at the first entry compaction kept, which may
-        lie in a ledger trimmed since (Pulsar's readFromEarliest). The compacted ledger
-        is opened before (``TopicCompaction.compacted``)."""
+        """A consumer reading compacted from the earliest: what compaction kept of
+        ledgers trimmed since comes first, before the cursor's entries (Pulsar's
+        readFromEarliest). The compacted ledger is opened before
+        (``TopicCompaction.compacted``)."""
         compacted = self.topic.compaction.opened
-        if compacted is not None and compacted.first is not None:
-            self.cursor.state.start_before_first(compacted.first)
+        first = compacted.first if compacted is not None else None
+        if first is not None and first < self.topic.ml.chain.first_position():
+            self._compacted_from = first
+
+    async def _deliver_compacted_before_topic(self) -> tuple[bool, bool]:
+        """``_deliver_new`` for what compaction kept before the topic's first entry: sent
+        although the cursor is past it (acknowledging it changes nothing), in order, until
+        the topic's own entries come."""
+        start, compacted = self._compacted_from, self.topic.compaction.opened
+        assert start is not None
+        first = self.topic.ml.chain.first_position()
+        entries = []
+        if compacted is not None and self.reads_compacted:
+            found = await compacted.read_from(start, self._read_batch())
+            entries = [e for e in found if e.position < first]
+        if not entries:
+            self._compacted_from = None  # on to the cursor's entries
+            return True, True
+        data = {entry.position: entry.data for entry in entries}
+        infos = [entry_info(e.position, e.data) for e in entries]
+        plan = self.delivery.plan(infos, replay=False, acked_too=True)
+        self._send(plan.deliveries, data)
+        self._charge_dispatch(plan.deliveries, infos, data)
+        if plan.consumed_through is not None:
+            self._compacted_from = plan.consumed_through.next()
+        return True, plan.consumed_through is not None
+
+    def _acknowledge_compacted_out(
+        self, position: Position, data: bytes, unacked: list[bool] | None
+    ) -> list[bool] | None:
+        """The ack set of a kept entry: the messages compaction marked out of its batch
+        count as acknowledged (on the cursor too, so acknowledging the others completes
+        the entry)."""
+        found = compacted_out(data)
+        if found is None:
+            return unacked
+        size, out = found
+        base = unacked if unacked is not None and len(unacked) == size else [True] * size
+        if any(base[i] for i in out) and not self.cursor.is_acked(position):
+            self.cursor.ack_batch(position, out, size)
+        hidden = set(out)
+        return [bit and i not in hidden for i, bit in enumerate(base)]
 
     # ------------------------------------------------------------------ delayed delivery
 
@@ -745,7 +820,7 @@ class Subscription:
             bits = self.cursor.state.ack_set(position)
             unacked = [bool(b) for b in bits] if bits is not None else None
             if compacted is not None and position <= compacted.horizon:
-                unacked = hide_compacted_out(unacked, data[position])
+                unacked = self._acknowledge_compacted_out(position, data[position], unacked)
             ack_set = words_of(unacked) if unacked is not None else None
             consumer = self.consumers[delivery.slot.slot_id]
             messages = delivery.slot.pending.get(position, 1)
@@ -1242,10 +1317,13 @@ class PersistentTopic:
             return subscription
 
     async def _open_compaction_cursor(self) -> ManagedCursor:
-        """The compaction cursor, made at the earliest if new, and a subscription."""
-        subscription = await self.subscribe(COMPACTION_CURSOR, None, InitialPosition.Earliest)
-        assert isinstance(subscription.cursor, ManagedCursor)
-        return subscription.cursor
+        """The compaction cursor, made at the earliest if new, taken up as a subscription
+        (a name clients may not subscribe with)."""
+        self._check_serving()
+        cursor = await self.ml.open_cursor(COMPACTION_CURSOR, InitialPosition.Earliest)
+        if COMPACTION_CURSOR not in self.subscriptions:
+            self.subscriptions[COMPACTION_CURSOR] = Subscription(self, cursor, None)
+        return cursor
 
     def subscribe_non_durable(
         self, name: str, sub_type: int, start: Position | None
@@ -1399,6 +1477,9 @@ class PersistentTopic:
         subscription = self.subscriptions.pop(name, None)
         if subscription is not None:
             await subscription.close()
+        if name == COMPACTION_CURSOR:  # the compacted ledger goes with the cursor naming it
+            await self.compaction.stop()
+            await self.compaction.delete()
         await self.ml.delete_cursor(name)
 
     def disconnect_clients(self) -> None:

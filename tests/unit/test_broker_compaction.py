@@ -22,15 +22,24 @@ from stripemq.broker.compaction.compacted_ledger import decode_kept, encode_kept
 from stripemq.broker.compaction.rules import (
     LatestByKey,
     compact_entry,
-    hide_compacted_out,
+    compacted_out,
     read_messages,
 )
 from stripemq.broker.compaction.threshold import compact_if_due, uncompacted_bytes
 from stripemq.broker.compaction.topic_compaction import COMPACTED_LEDGER_PROPERTY
 from stripemq.broker.dispatch import ConsumerSlot
-from stripemq.broker.names import COMPACTION_CURSOR
+from stripemq.broker.names import (
+    COMPACTION_CURSOR,
+    ReservedSubscriptionNameError,
+    check_subscription_name,
+)
 from stripemq.broker.topic import Consumer, PersistentTopic
-from stripemq.errors import InvalidEntryError, ManagedLedgerError, NoSuchLedgerError
+from stripemq.errors import (
+    InvalidEntryError,
+    ManagedLedgerError,
+    MetadataError,
+    NoSuchLedgerError,
+)
 from stripemq.managed_ledger.config import ManagedLedgerConfig
 from stripemq.managed_ledger.managed_ledger import ManagedLedger
 from stripemq.managed_ledger.position import Position
@@ -456,14 +465,12 @@ async def test_reading_compacted_from_the_earliest_reaches_into_trimmed_ledgers(
     await sub.close()
 
 
-def test_a_batchs_compacted_out_messages_go_as_acknowledged_in_the_ack_set() -> None:
+def test_a_batchs_compacted_out_messages_are_found() -> None:
     entries = [batch([("a", b"1"), ("b", b"1"), ("c", b"1")]), single("b", b"2")]
     kept, _ = compact_all(entries)
-    rewritten = kept[0][1]
-    assert hide_compacted_out(None, rewritten) == [True, False, True]
-    assert hide_compacted_out([False, True, True], rewritten) == [False, False, True]
-    assert hide_compacted_out(None, entries[0]) is None  # nothing compacted out
-    assert hide_compacted_out([True], single("a", b"1")) == [True]
+    assert compacted_out(kept[0][1]) == (3, [1])
+    assert compacted_out(entries[0]) is None  # nothing compacted out
+    assert compacted_out(single("a", b"1")) is None
 
 
 # ---------------------------------------------------------------------------- by size
@@ -517,3 +524,75 @@ async def test_a_read_of_a_compacted_ledger_replaced_meanwhile_reads_the_new_one
     sub.consumers[1] = Consumer(ConsumerSlot(1, "c"), Collect(), sub, read_compacted=True)
     entries = await sub._read(Position(-1, -1), 10)
     assert [e.position for e in entries] == [at[1], at[2]]
+
+
+def test_clients_may_not_subscribe_as_the_compaction_cursor() -> None:
+    with pytest.raises(ReservedSubscriptionNameError):
+        check_subscription_name(COMPACTION_CURSOR)
+
+
+async def test_deleting_the_compaction_subscription_deletes_the_compacted_ledger(
+    store: MetadataStore,
+) -> None:
+    bk = FakeBookKeeper()
+    topic = await live_topic(store, bk)
+    await publish(topic, ("a", b"1"))
+    await compacted_now(topic)
+    compacted = await topic.compaction.compacted()
+    assert compacted is not None
+    await topic.remove_subscription(COMPACTION_CURSOR)
+    assert compacted.ledger_id in bk.deleted
+    assert not topic.compaction.has_compacted
+    assert COMPACTION_CURSOR not in topic.subscription_names()
+
+
+async def test_a_cursor_write_that_fails_leaves_the_last_compaction_recorded(
+    store: MetadataStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bk = FakeBookKeeper()
+    topic = await live_topic(store, bk)
+    at = await publish(topic, ("a", b"1"))
+    await compacted_now(topic)
+    before = await topic.compaction.compacted()
+    assert before is not None
+    await publish(topic, ("a", b"2"))
+    cursor = topic.ml.cursors[COMPACTION_CURSOR]
+
+    async def failing(**kwargs: object) -> None:
+        raise MetadataError("the store is away")
+
+    monkeypatch.setattr(cursor, "flush", failing)
+    topic.compaction.trigger()
+    await topic.compaction.wait()
+    assert topic.compaction.status is CompactionStatus.ERROR
+    assert "the compaction cursor could not be written" in topic.compaction.last_error
+    assert await topic.compaction.compacted() is before
+    assert cursor.mark_delete_position == at[0]
+    assert cursor.state.properties[COMPACTED_LEDGER_PROPERTY] == before.ledger_id
+    assert bk.deleted and bk.deleted[-1] != before.ledger_id  # the new one went
+
+
+async def test_acknowledging_what_a_compacted_read_gave_clears_the_backlog(
+    store: MetadataStore,
+) -> None:
+    topic = await live_topic(store)
+    at = await publish(topic, ("a", b"1"), ("b", b"1"), ("a", b"2"), ("b", b"2"), ("c", b"1"))
+    await compacted_now(topic)
+    sub = await topic.subscribe("s", SubType.Exclusive, InitialPosition.Earliest)
+    sink = Collect()
+    consumer = Consumer(ConsumerSlot(1, "c"), sink, sub, read_compacted=True)
+    sub.add_consumer(consumer)
+    sub.flow(consumer, 100)
+    await until(lambda: len(sink.got) == 3)
+    assert [p for p, _ in sink.got] == at[2:]
+    assert sub.cursor.backlog == 3  # what compaction left out is acknowledged already
+    sub.ack(
+        consumer,
+        pb.CommandAck(
+            consumer_id=1,
+            ack_type=pb.CommandAck.Individual,
+            message_id=[pb.MessageIdData(ledgerId=p.ledger_id, entryId=p.entry_id) for p in at[2:]],
+        ),
+    )
+    assert sub.cursor.backlog == 0
+    await sub.close()

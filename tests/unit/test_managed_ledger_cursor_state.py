@@ -228,6 +228,22 @@ def test_acks_before_the_mark_delete_position_are_ignored_and_unknown_ones_refus
         state.ack_cumulative(Position(2, 0))
 
 
+def test_a_range_is_acknowledged_ledger_by_ledger_over_what_the_chain_holds() -> None:
+    chain = LedgerChain([LedgerInfo(1, 5), LedgerInfo(2, 0), LedgerInfo(3, 4), LedgerInfo(4, 9)])
+    state = CursorState("sub", chain, Position(1, 0))
+    state.ack_batch(Position(3, 2), BatchAck([0], 3))
+    state.ack_range(Position(1, 3), Position(3, 2))
+    assert state.mark_delete == Position(1, 0)  # 1:1 and 1:2 are not acknowledged
+    assert state.holes_count == 2  # ranges: 1:3..1:4, 3:0..3:2
+    assert state.ack_set(Position(3, 2)) is None  # acknowledged whole
+    state.ack_range(Position(-1, -1), Position(1, 2))
+    assert state.mark_delete == Position(3, 2)
+    state.ack_range(Position(3, 3), Position(4, -1))  # through the end of ledger 3
+    assert state.mark_delete == Position(3, 3) and state.backlog == 9
+    state.ack_range(Position(4, 5), Position(4, 2))  # empty: nothing
+    assert state.holes_count == 0
+
+
 def test_reset_to_the_start_of_a_ledger() -> None:
     chain = LedgerChain([LedgerInfo(1, 5), LedgerInfo(2, 0), LedgerInfo(3, 5)])
     state = CursorState("sub", chain, Position(1, -1))

@@ -31,6 +31,8 @@ WRITES_IN_FLIGHT = 64  # adds to the new ledger awaited together
 
 @dataclass(frozen=True)
 class CompactionResult:
+    """A run's compacted ledger (not yet recorded on the cursor) and what it left out."""
+
     compacted: CompactedLedger
     removed: int  # messages compaction left out (Pulsar's removed event count)
 
@@ -83,10 +85,11 @@ class TwoPhaseCompactor:
             reader = await self.ml.bk.open_ledger(
                 handle.ledger_id, password=config.password, recovery=False
             )
+            compacted = await CompactedLedger.open(reader, end)
         except BaseException:
             await self._discard(handle.ledger_id)
             raise
-        return CompactionResult(await CompactedLedger.open(reader, end), removed)
+        return CompactionResult(compacted, removed)
 
     async def _source(
         self, previous: CompactedLedger | None, end: Position

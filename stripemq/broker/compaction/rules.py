@@ -37,7 +37,7 @@ __all__ = [
     "Kept",
     "LatestByKey",
     "compact_entry",
-    "hide_compacted_out",
+    "compacted_out",
     "read_messages",
 ]
 
@@ -106,19 +106,19 @@ def _open_batch(metadata: pb.MessageMetadata, payload: bytes) -> list[BatchMessa
         return None
 
 
-def hide_compacted_out(unacked: list[bool] | None, data: bytes) -> list[bool] | None:
-    """The bits of a batch entry's messages to deliver (a MESSAGE's ack set), with the
-    ones compaction marked out cleared: the C++ client (the official Python client's) does
-    not look at ``compacted_out`` but skips what the ack set says is acknowledged.
-    ``unacked`` is the cursor's bits (``None``: all); ``None`` back if nothing changes."""
+def compacted_out(data: bytes) -> tuple[int, list[int]] | None:
+    """A compacted batch entry's size and the indexes of its messages compaction marked
+    out (``None``: not a batch, or none marked). They go to consumers as acknowledged: the
+    C++ client (the official Python client's) does not look at ``compacted_out``, but
+    skips what the MESSAGE ack set says is acknowledged."""
     metadata, payload, problem = parse_entry(data)
     if metadata is None or problem is not None or not metadata.HasField("num_messages_in_batch"):
-        return unacked
+        return None
     batch = _open_batch(metadata, payload)
-    if batch is None or not any(m.metadata.compacted_out for m in batch):
-        return unacked
-    base = unacked if unacked is not None else [True] * len(batch)
-    return [bit and not m.metadata.compacted_out for bit, m in zip(base, batch, strict=False)]
+    if batch is None:
+        return None
+    out = [i for i, m in enumerate(batch) if m.metadata.compacted_out]
+    return (len(batch), out) if out else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -127,6 +127,12 @@ class TopicCompaction:
         """The compacted ledger if ``compacted`` opened it already."""
         return self._compacted
 
+    def horizon_after(self, start: Position) -> Position:
+        """Where reading the topic goes on once the compacted ledger holds nothing more
+        from ``start`` on: just after its horizon."""
+        compacted = self._compacted
+        return compacted.horizon.next() if compacted is not None else start
+
     async def compacted(self) -> CompactedLedger | None:
         """The compacted ledger, opened on first use; ``None`` if the topic has none."""
         if self._compacted is not None:
@@ -196,18 +202,20 @@ class TopicCompaction:
         compactor = TwoPhaseCompactor(self.ml, retain_null_key=self.retain_null_key)
         result = await compactor.compact(previous, end)
         compacted = result.compacted
+        mark_delete, properties = cursor.mark_delete_position, dict(cursor.state.properties)
         self._move_cursor(cursor, compacted)
-        self._compacted = compacted
         try:
             await cursor.flush()
         except StripeMQError as exc:
-            # The cursor's next write records the new ledger; the one it replaces stays
-            # (as garbage, if that write lands) rather than be deleted while recorded.
+            # Not recorded: the cursor goes back to what it was (written with its next
+            # write) and the new ledger goes; the previous compaction stays in place.
+            cursor.reset(mark_delete.next())
+            cursor.set_properties(properties)
+            await self._delete_ledger(compacted)
             raise StripeMQError(f"the compaction cursor could not be written: {exc}") from exc
+        self._compacted = compacted
         if previous is not None:
-            await delete_ledger_quietly(
-                self.ml.bk, previous.ledger_id, f"compacted ledger of {self.ml.name}"
-            )
+            await self._delete_ledger(previous)
         log.info(
             "[%s] compacted up to %s into ledger %d: %d entries kept, %d messages removed",
             self.ml.name,
@@ -233,6 +241,11 @@ class TopicCompaction:
         else:  # moved on meanwhile (an admin skip): the position stays where it is
             cursor.set_properties(properties)
 
+    async def _delete_ledger(self, compacted: CompactedLedger) -> None:
+        await delete_ledger_quietly(
+            self.ml.bk, compacted.ledger_id, f"compacted ledger of {self.ml.name}"
+        )
+
     async def stop(self) -> None:
         """Cancel the run in progress (the topic closes or is deleted)."""
         task, self._task = self._task, None
@@ -242,7 +255,8 @@ class TopicCompaction:
                 await task
 
     async def delete(self) -> None:
-        """Delete the compacted ledger (the topic is being deleted; stopped first)."""
+        """Delete the compacted ledger (the topic, or its compaction cursor, is being
+        deleted; stopped first)."""
         recorded = self._recorded()
         self._compacted = None
         if recorded is not None:

@@ -271,6 +271,13 @@ class ManagedCursor(CursorView):
         self._changed(before)
         return done
 
+    def ack_range(self, first: Position, last: Position) -> None:
+        """Acknowledge every entry from ``first`` through ``last`` (see CursorState)."""
+        self._check_open()
+        before = self.state.mark_delete
+        self.state.ack_range(first, last)
+        self._changed(before)
+
     def ack_batch(self, position: Position, indexes: list[int], batch_size: int) -> bool:
         self._check_open()
         before = self.state.mark_delete

@@ -20,6 +20,9 @@ class NonDurableCursor(CursorView):
     def ack(self, positions: list[Position]) -> int:
         return self.state.ack(positions)
 
+    def ack_range(self, first: Position, last: Position) -> None:
+        self.state.ack_range(first, last)
+
     def ack_batch(self, position: Position, indexes: list[int], batch_size: int) -> bool:
         return self.state.ack_batch(position, BatchAck(indexes, batch_size))
 

@@ -124,6 +124,32 @@ class CursorState:
         self._advance_mark_delete()
         return done
 
+    def ack_range(self, first: Position, last: Position) -> None:
+        """Acknowledge every entry the chain holds from ``first`` through ``last`` (what
+        compaction left out, for a subscription reading compacted), as ranges: one per
+        ledger, however many entries."""
+        first = max(first, self.chain.next_valid(self.mark_delete))
+        for info in self.chain:
+            if info.ledger_id < first.ledger_id or not info.entries:
+                continue
+            if info.ledger_id > last.ledger_id:
+                break
+            low = first.entry_id if info.ledger_id == first.ledger_id else 0
+            high = info.entries - 1
+            if info.ledger_id == last.ledger_id:
+                high = min(high, last.entry_id)
+            if low > high:
+                continue
+            start, end = Position(info.ledger_id, low), Position(info.ledger_id, high + 1)
+            self.holes.add_range(start, end)
+            last_segment = segment_of(Position(info.ledger_id, high))
+            self.dirty_segments.update(range(segment_of(start), last_segment + 1))
+            for position, _bits in list(self.batches.in_range(start, end)):
+                if position < end:
+                    self.batches.discard(position)
+            self.acks_since_snapshot += 1
+        self._advance_mark_delete()
+
     def ack_batch(self, position: Position, batch: BatchAck) -> bool:
         """Acknowledge some messages of a batch entry; ``True`` once the whole entry is."""
         if self.is_acked(position):
@@ -214,39 +240,17 @@ class CursorState:
 
     # ------------------------------------------------------------------ reading
 
-    def start_before_first(self, position: Position) -> bool:
-        """Read from ``position``, before the topic's first entry, if the cursor still
-        sits at the start (a subscription reading compacted from the earliest: what
-        compaction kept of ledgers since trimmed comes first). Whether it moved."""
-        first = self.chain.first_position()
-        at_start = self.mark_delete == Position(first.ledger_id, first.entry_id - 1)
-        if not at_start or self.holes or self.batches or position >= first:
-            return False
-        self.mark_delete = Position(position.ledger_id, position.entry_id - 1)
-        self.read_position = position
-        self.needs_full_snapshot = True
-        self.acks_since_snapshot += 1
-        return True
-
     def rewind(self) -> None:
         """Read again from the first unacknowledged entry (after a consumer reconnects)."""
-        self.read_position = self._after(self.mark_delete)
+        self.read_position = self.chain.next_valid(self.mark_delete)
 
     def advance_read(self, last_read: Position) -> None:
         """Entries up to ``last_read`` were handed out."""
-        following = self._after(last_read)
+        following = self.chain.next_valid(last_read)
         if following > self.read_position:
             self.read_position = following
 
     # ------------------------------------------------------------------ internals
-
-    def _after(self, position: Position) -> Position:
-        """Where reading goes on after ``position``: the next entry of the chain, or the
-        next position of a ledger the topic no longer holds (trimmed), where what
-        compaction kept of it is read (a read of the topic itself skips to the chain)."""
-        if position.ledger_id not in self.chain and position < self.chain.first_position():
-            return position.next()
-        return self.chain.next_valid(position)
 
     def _check_exists(self, position: Position) -> None:
         if not self.chain.exists(position):
