@@ -941,7 +941,7 @@ class ServerConnection:
         topic = consumer.subscription.topic
         last = topic.ml.last_confirmed
         compacted = topic.compaction.opened if consumer.read_compacted else None
-        if compacted is not None and last <= compacted.horizon:
+        if compacted is not None and not topic.ml.has_entries_after(compacted.horizon):
             # Nothing after the horizon: the last message such a consumer can read is the
             # last one compaction kept (none: as on an empty topic), as Pulsar answers.
             last = compacted.last or Position(last.ledger_id, -1)
