@@ -11,7 +11,6 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pulsar
 import pytest
@@ -33,16 +32,6 @@ VARIANTS = {
 }
 COUNT = 120
 KEYS = 6
-
-
-@pytest.fixture(scope="module")
-def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
-    process = StandaloneProcess(Path(tmp_path_factory.mktemp("client")) / "standalone")
-    asyncio.run(process.start())
-    try:
-        yield process
-    finally:
-        process.kill()
 
 
 @pytest.fixture

@@ -6,10 +6,8 @@ lets the original ledgers go."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pulsar
 import pytest
@@ -20,16 +18,6 @@ from stripemq.testing.rest import rest
 from stripemq.testing.standalone import StandaloneProcess
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
-    process = StandaloneProcess(Path(tmp_path_factory.mktemp("compaction")) / "standalone")
-    asyncio.run(process.start())
-    try:
-        yield process
-    finally:
-        process.kill()
 
 
 @pytest.fixture

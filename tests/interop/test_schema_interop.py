@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pulsar
@@ -24,16 +22,6 @@ from stripemq.testing.rest import rest
 from stripemq.testing.standalone import StandaloneProcess
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
-    process = StandaloneProcess(Path(tmp_path_factory.mktemp("schemas")) / "standalone")
-    asyncio.run(process.start())
-    try:
-        yield process
-    finally:
-        process.kill()
 
 
 @pytest.fixture
