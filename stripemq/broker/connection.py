@@ -196,7 +196,7 @@ class ServerConnection:
             pb.BaseCommand.GET_OR_CREATE_SCHEMA: self._on_get_or_create_schema,
         }
         # The session's CONSUMER_COMMANDS, served with their consumer and body.
-        self._consumer_commands: dict[int, Callable[[Any, Any], None]] = {
+        self._consumer_commands: dict[int, Callable[[Any, Any], Awaitable[None] | None]] = {
             pb.BaseCommand.FLOW: self._on_flow,
             pb.BaseCommand.ACK: self._on_ack,
             pb.BaseCommand.REDELIVER_UNACKNOWLEDGED_MESSAGES: self._on_redeliver,
@@ -340,8 +340,7 @@ class ServerConnection:
         if isinstance(event, SendReceived):
             self._on_send(event.producer, event.command, event.frame)
             return None
-        self._consumer_commands[event.kind](event.consumer, event.body)
-        return None
+        return self._consumer_commands[event.kind](event.consumer, event.body)
 
     def _authenticated(self, principal: AuthenticatedRole | None, refreshes: bool) -> None:
         self.principal = principal
@@ -937,23 +936,23 @@ class ServerConnection:
         await subscription.topic.unsubscribe(subscription.name)
         self.write(pb.CommandSuccess(request_id=body.request_id))
 
-    def _on_get_last_message_id(self, consumer: Consumer, body: pb.CommandGetLastMessageId) -> None:
+    async def _on_get_last_message_id(
+        self, consumer: Consumer, body: pb.CommandGetLastMessageId
+    ) -> None:
         topic = consumer.subscription.topic
-        last = topic.ml.last_confirmed
-        compacted = topic.compaction.opened if consumer.read_compacted else None
-        if compacted is not None and not topic.ml.has_entries_after(compacted.horizon):
-            # Nothing after the horizon: the last message such a consumer can read is the
-            # last one compaction kept (none: as on an empty topic), as Pulsar answers.
-            last = compacted.last or Position(last.ledger_id, -1)
+        last, batch_index = await topic.last_message_id(consumer.read_compacted)
+        last_id = pb.MessageIdData(
+            ledgerId=max(last.ledger_id, 0),
+            entryId=last.entry_id & ((1 << 64) - 1),
+            partition=topic.topic_name.partition_index,
+        )
+        if batch_index >= 0:
+            last_id.batch_index = batch_index
         md = consumer.subscription.cursor.mark_delete_position
         self.write(
             pb.CommandGetLastMessageIdResponse(
                 request_id=body.request_id,
-                last_message_id=pb.MessageIdData(
-                    ledgerId=max(last.ledger_id, 0),
-                    entryId=last.entry_id & ((1 << 64) - 1),
-                    partition=topic.topic_name.partition_index,
-                ),
+                last_message_id=last_id,
                 consumer_mark_delete_position=pb.MessageIdData(
                     ledgerId=max(md.ledger_id, 0), entryId=md.entry_id & ((1 << 64) - 1)
                 ),

@@ -893,6 +893,14 @@ TOPIC_TRANSITIONS = Transitions[TopicLifecycle](
 )
 
 
+def last_batch_index(entry: bytes) -> int:
+    """The index of the last message in a batch entry; -1 for a single message."""
+    metadata = entry_metadata(entry)
+    if metadata is None or not metadata.HasField("num_messages_in_batch"):
+        return -1
+    return max(metadata.num_messages_in_batch - 1, 0)
+
+
 class PersistentTopic:
     """A topic this broker serves: its managed ledger, producers and subscriptions.
 
@@ -1377,6 +1385,27 @@ class PersistentTopic:
         return result
 
     # ------------------------------------------------------------------ admin operations
+
+    async def last_message_id(self, read_compacted: bool = False) -> tuple[Position, int]:
+        """The last message a consumer can read here: its entry's position and, when that
+        entry is a batch, its last index (else -1), as Pulsar's GetLastMessageId answers.
+
+        One reading compacted, with nothing after the horizon, reads up to the last kept
+        entry (none: the answer of an empty topic)."""
+        last = self.ml.last_confirmed
+        if read_compacted:
+            compacted = await self.compaction.compacted()
+            if compacted is not None and not self.ml.has_entries_after(compacted.horizon):
+                entry = await compacted.last_entry()
+                if entry is None:
+                    return Position(last.ledger_id, -1), -1
+                return entry.position, last_batch_index(entry.data)
+        if last.entry_id < 0:
+            return last, -1
+        entries = await self.ml.read_entries(last, 1)
+        if not entries or entries[0].position != last:
+            return last, -1
+        return last, last_batch_index(entries[0].data)
 
     def subscription_names(self) -> list[str]:
         """Every subscription: durable ones (opened or not since the topic was loaded)

@@ -831,9 +831,13 @@ def has_messages_after(last: MessageId, seen: MessageId) -> bool:
     """Whether the topic's ``last`` entry holds something after message ``seen``."""
     if (last.ledger_id(), last.entry_id()) != (seen.ledger_id(), seen.entry_id()):
         return (last.ledger_id(), last.entry_id()) > (seen.ledger_id(), seen.entry_id())
-    if seen.batch_index() >= 0 and seen.batch_size <= 0:
+    if seen.batch_index() < 0:
+        return False  # the whole entry was seen
+    if last.batch_index() >= 0:
+        return seen.batch_index() < last.batch_index()  # the broker named the last index
+    if seen.batch_size <= 0:
         return True  # a batch of unknown size (an id made by hand): maybe more in it
-    return 0 <= seen.batch_index() < seen.batch_size - 1
+    return seen.batch_index() < seen.batch_size - 1
 
 
 def _messages_in(metadata: pb.MessageMetadata) -> int:

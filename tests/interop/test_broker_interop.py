@@ -912,3 +912,48 @@ async def test_a_reader_seeks_back_as_well_as_forward(broker: BrokerServer) -> N
         ["m2", "m3", "m4", "m5"],
         [f"m{i}" for i in range(6)],
     ]
+
+
+def read_inside_a_batch(url: str, topic: str) -> dict[str, object]:
+    """Readers that start inside the topic's last entry, a batch of three messages."""
+    client = pulsar.Client(url, operation_timeout_seconds=10)
+    try:
+        producer = client.create_producer(
+            topic, batching_enabled=True, batching_max_publish_delay_ms=50
+        )
+        ids: list[pulsar.MessageId] = []
+        for i in range(3):
+            producer.send_async(f"b{i}".encode(), lambda _r, m: ids.append(m))
+        producer.flush()
+        ids.sort(key=lambda m: m.batch_index())
+        seen: dict[str, object] = {"entries": {(m.ledger_id(), m.entry_id()) for m in ids}}
+
+        def drain(reader: pulsar.Reader) -> list[str]:
+            got = []
+            while reader.has_message_available():
+                got.append(reader.read_next(timeout_millis=5000).data().decode())
+            return got
+
+        after_first = client.create_reader(topic, ids[0])
+        seen["after_first"] = drain(after_first)
+        from_last = client.create_reader(topic, ids[2], start_message_id_inclusive=True)
+        seen["from_last"] = drain(from_last)
+        consumer = client.subscribe(topic, "last-id")
+        last = consumer.get_last_message_id()
+        seen["last"] = (last.ledger_id(), last.entry_id(), last.batch_index())
+        seen["ids"] = [(m.ledger_id(), m.entry_id(), m.batch_index()) for m in ids]
+        return seen
+    finally:
+        client.close()
+
+
+async def test_the_last_message_id_names_the_last_index_of_a_batch(target: Target) -> None:
+    """GET_LAST_MESSAGE_ID carries the batch's last index: without it, a reader that
+    starts inside the last batch thinks nothing is left after where it starts."""
+    seen = await in_thread(
+        read_inside_a_batch, target.service_url, "persistent://public/default/lb"
+    )
+    assert len(seen["entries"]) == 1  # type: ignore[arg-type]  # one batch
+    assert seen["after_first"] == ["b1", "b2"]
+    assert seen["from_last"] == ["b2"]
+    assert seen["last"] == seen["ids"][-1]  # type: ignore[index]

@@ -217,3 +217,42 @@ def test_stripemqs_own_client_reads_compacted_too(
     finally:
         own.close()
     assert got == LATEST
+
+
+def test_a_compacted_reader_after_an_unload_reads_what_was_kept(
+    standalone: StandaloneProcess, client: pulsar.Client, topic: str
+) -> None:
+    """Loaded again, the topic's current ledger is empty: the last message a compacted
+    reader can read is still the last one kept, so it reads them all."""
+    produce(client, topic, UPDATES, batched=False)
+    compact(standalone, topic)
+    assert rest(standalone.web_url, "PUT", admin_path(topic, "/unload"))[0] == 204
+    assert read_all(client, topic, compacted=True) == LATEST
+
+
+def test_a_compacted_reader_that_starts_inside_the_last_batch_reads_its_rest(
+    standalone: StandaloneProcess, client: pulsar.Client, topic: str
+) -> None:
+    """The last kept entry is a batch: the last message id names its last index, so a
+    reader that starts inside it knows what is left."""
+    producer = client.create_producer(
+        topic, batching_enabled=True, batching_max_publish_delay_ms=1000
+    )
+    ids: dict[str, pulsar.MessageId] = {}
+    for key, value in UPDATES:
+        producer.send_async(
+            value.encode(), lambda _r, m, v=value: ids.update({v: m}), partition_key=key
+        )
+    producer.flush()
+    producer.close()
+    compact(standalone, topic)
+    reader = client.create_reader(topic, ids["c1"], is_read_compacted=True)
+    got = []
+    while reader.has_message_available():
+        got.append(reader.read_next(10_000).data().decode())
+    reader.close()
+    assert got == ["b2", "a3"]
+    consumer = client.subscribe(topic, "last", is_read_compacted=True)
+    last = consumer.get_last_message_id()
+    consumer.close()
+    assert (last.entry_id(), last.batch_index()) == (ids["a3"].entry_id(), len(UPDATES) - 1)

@@ -153,6 +153,15 @@ def test_after_within_the_last_entry() -> None:
     )
 
 
+def test_after_an_index_the_broker_names_as_the_last() -> None:
+    """The broker's last id names the batch's last index: a hand-made id (no batch size)
+    inside that batch is judged by it."""
+    last = MessageId(ledger_id=1, entry_id=5, batch_index=2)
+    assert has_messages_after(last, MessageId(ledger_id=1, entry_id=5, batch_index=1))
+    assert not has_messages_after(last, MessageId(ledger_id=1, entry_id=5, batch_index=2))
+    assert not has_messages_after(last, MessageId(ledger_id=1, entry_id=5))  # whole entry
+
+
 def test_only_exclusive_and_failover_consumers_may_read_compacted() -> None:
     for allowed in (ConsumerType.Exclusive, ConsumerType.Failover):
         ConsumerConfig("s", consumer_type=allowed, is_read_compacted=True)

@@ -659,14 +659,10 @@ class PersistentTopics:
         served = await self._single_topic(
             request, "GetLastMessageId on a partitioned topic is not allowed"
         )
-        last = served.ml.last_confirmed
+        last, batch_index = await served.last_message_id()
         answer: dict[str, int] = message_id_json(last, served.topic_name.partition_index)
-        if last.entry_id >= 0:
-            entries = await served.ml.read_entries(last, 1)
-            if entries and entries[0].position == last:
-                metadata, _payload, _problem = parse_entry(entries[0].data)
-                if metadata is not None and metadata.HasField("num_messages_in_batch"):
-                    answer["batchIndex"] = max(metadata.num_messages_in_batch - 1, 0)
+        if batch_index >= 0:
+            answer["batchIndex"] = batch_index
         return ok_json(answer)
 
     async def subscriptions(self, request: web.Request) -> web.Response:

@@ -112,6 +112,13 @@ class CompactedLedger:
             self._resume = (entries[-1].position.next(), last + 1)
         return entries
 
+    async def last_entry(self) -> Entry | None:
+        """The last kept entry; ``None`` if compaction kept nothing."""
+        if self.entries == 0:
+            return None
+        (entry,) = await self.read_range(self.entries - 1, self.entries - 1)
+        return entry
+
     async def read_range(self, first: int, last: int) -> list[Entry]:
         """Kept entries ``first..last`` by their index in this ledger."""
         found = await self.reader.read_entries(first, last)
