@@ -34,6 +34,7 @@ COMPRESSION = {
     "lz4": CompressionType.LZ4,
     "zlib": CompressionType.ZLib,
     "zstd": CompressionType.ZSTD,
+    "snappy": CompressionType.SNAPPY,
 }
 
 

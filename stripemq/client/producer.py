@@ -117,8 +117,6 @@ class ProducerConfig:
     batching_type: BatchingType = BatchingType.Default
 
     def __post_init__(self) -> None:
-        if self.compression_type is CompressionType.SNAPPY:
-            raise InvalidConfigurationError("SNAPPY compression is not supported; use LZ4 or ZSTD")
         if self.max_pending_messages < 1:
             raise InvalidConfigurationError("max_pending_messages must be at least 1")
         if self.send_timeout_millis < 0:

@@ -1,10 +1,12 @@
 """Payload codecs, byte-compatible with the official clients: LZ4 as a raw block (the size
-travels in ``MessageMetadata.uncompressed_size``), ZLIB with its header, ZSTD frames."""
+travels in ``MessageMetadata.uncompressed_size``), ZLIB with its header, ZSTD frames, and
+SNAPPY as a raw block (its own length first, no framing)."""
 
 from __future__ import annotations
 
 import zlib
 
+import cramjam
 import lz4.block
 import zstandard
 
@@ -27,7 +29,10 @@ def compress(kind: int, data: bytes) -> bytes:
         return zlib.compress(data)
     if kind == pb.ZSTD:
         return _zstd_compressor.compress(data)
-    raise InvalidConfigurationError(f"compression {pb.CompressionType.Name(kind)} is not supported")
+    if kind == pb.SNAPPY:
+        return bytes(cramjam.snappy.compress_raw(data))
+    name = pb.CompressionType.Name(kind) if kind in pb.CompressionType.values() else kind
+    raise InvalidConfigurationError(f"compression {name} is not supported")
 
 
 def decompress(kind: int, data: bytes, uncompressed_size: int) -> bytes:
@@ -48,12 +53,35 @@ def decompress(kind: int, data: bytes, uncompressed_size: int) -> bytes:
             if declared > uncompressed_size:
                 raise InvalidMessageError(f"zstd frame declares {declared} bytes")
             out = _zstd_decompressor.decompress(data, max_output_size=uncompressed_size)
+        elif kind == pb.SNAPPY:
+            length = snappy_length(data)
+            if length != uncompressed_size:  # checked first: the block sizes its output
+                raise InvalidMessageError(
+                    f"snappy block declares {length} bytes, metadata says {uncompressed_size}"
+                )
+            out = bytes(cramjam.snappy.decompress_raw(data))
         else:
             raise InvalidMessageError(f"unsupported compression type {kind}")
-    except (lz4.block.LZ4BlockError, zlib.error, zstandard.ZstdError) as exc:
+    except (
+        lz4.block.LZ4BlockError,
+        zlib.error,
+        zstandard.ZstdError,
+        cramjam.DecompressionError,
+    ) as exc:
         raise InvalidMessageError(f"payload does not decompress: {exc}") from None
     if kind != pb.NONE and len(out) != uncompressed_size:
         raise InvalidMessageError(
             f"payload decompressed to {len(out)} bytes, metadata says {uncompressed_size}"
         )
     return out
+
+
+def snappy_length(block: bytes) -> int | None:
+    """The uncompressed length a raw Snappy block starts with (a varint), if readable."""
+    value = shift = 0
+    for byte in block[:5]:
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value
+        shift += 7
+    return None

@@ -39,7 +39,7 @@ from google.protobuf.message import DecodeError
 
 from stripemq.errors import CorruptEntryError, InvalidMessageError, SparkSourceError
 from stripemq.proto import pulsar_api_pb2 as pb
-from stripemq.proto.compression import MAX_UNCOMPRESSED_SIZE, decompress
+from stripemq.proto.compression import decompress
 from stripemq.proto.frames import ProtocolError, entry_metadata, parse_entry
 from stripemq.spark.planning import TopicPartitionRef
 from stripemq.spark.schema import arrow_schema
@@ -171,8 +171,6 @@ class RecordBatchBuilder:
     ) -> bytes:
         size = metadata.uncompressed_size
         try:
-            if metadata.compression == pb.SNAPPY:
-                return _snappy(payload, size)
             return decompress(metadata.compression, payload, size)
         except InvalidMessageError as exc:
             name = pb.CompressionType.Name(metadata.compression)
@@ -315,42 +313,6 @@ class RecordBatchBuilder:
         ]
         self._clear()
         return pa.RecordBatch.from_arrays(columns, schema=schema)
-
-
-def _snappy(payload: bytes, uncompressed_size: int) -> bytes:
-    """A raw Snappy block (what the official clients write), through pyarrow's codec: the
-    protocol's codecs leave Snappy out, and pyarrow is here wherever Spark reads."""
-    import pyarrow as pa
-
-    if not 0 <= uncompressed_size <= MAX_UNCOMPRESSED_SIZE:
-        raise InvalidMessageError(f"uncompressed size {uncompressed_size} is out of bounds")
-    declared = _snappy_length(payload)
-    if declared != uncompressed_size:  # pyarrow would pad a short result, not refuse it
-        raise InvalidMessageError(
-            f"snappy block declares {declared} bytes, metadata says {uncompressed_size}"
-        )
-    try:
-        out: bytes = pa.Codec("snappy").decompress(
-            payload, decompressed_size=uncompressed_size, asbytes=True
-        )
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise InvalidMessageError(f"payload does not decompress: {exc}") from None
-    if len(out) != uncompressed_size:
-        raise InvalidMessageError(
-            f"payload decompressed to {len(out)} bytes, metadata says {uncompressed_size}"
-        )
-    return out
-
-
-def _snappy_length(block: bytes) -> int | None:
-    """The uncompressed length a raw Snappy block starts with (a varint), if readable."""
-    value = shift = 0
-    for byte in block[:5]:
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value
-        shift += 7
-    return None
 
 
 def entry_publish_time(data: bytes) -> int:

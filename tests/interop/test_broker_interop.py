@@ -501,7 +501,7 @@ def compression_round(url: str, topic: str, compression: object) -> list[str]:
         client.close()
 
 
-@pytest.mark.parametrize("codec", ["LZ4", "ZSTD", "ZLib"])
+@pytest.mark.parametrize("codec", ["LZ4", "ZSTD", "ZLib", "SNAPPY"])
 async def test_compressed_batches_pass_through_unchanged(target: Target, codec: str) -> None:
     got = await in_thread(
         compression_round,

@@ -29,6 +29,7 @@ VARIANTS = {
     "batched-lz4": (True, smq.CompressionType.LZ4, pulsar.CompressionType.LZ4),
     "batched-zstd": (True, smq.CompressionType.ZSTD, pulsar.CompressionType.ZSTD),
     "single-zlib": (False, smq.CompressionType.ZLib, pulsar.CompressionType.ZLib),
+    "batched-snappy": (True, smq.CompressionType.SNAPPY, pulsar.CompressionType.SNAPPY),
 }
 COUNT = 120
 KEYS = 6

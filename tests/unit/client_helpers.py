@@ -10,7 +10,7 @@ from stripemq.proto import pulsar_api_pb2 as pb
 LONG_MAX = (1 << 63) - 1
 
 # Every codec the official clients and we both support.
-COMPRESSIONS = [pb.NONE, pb.LZ4, pb.ZLIB, pb.ZSTD]
+COMPRESSIONS = [pb.NONE, pb.LZ4, pb.ZLIB, pb.ZSTD, pb.SNAPPY]
 
 # Text protobuf string fields accept (no lone surrogates).
 proto_text = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=20)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import zlib
 
 import lz4.block
+import pyarrow as pa
 import pytest
 import zstandard
 from client_helpers import COMPRESSIONS
@@ -37,6 +38,9 @@ def test_compressed_forms_are_the_official_clients_formats() -> None:
     assert zlib.decompress(compress(pb.ZLIB, data)) == data
     # ZSTD: a standard frame.
     assert zstandard.ZstdDecompressor().decompress(compress(pb.ZSTD, data)) == data
+    # SNAPPY: a raw block (its length first), not the framed stream format.
+    snappy = pa.Codec("snappy")
+    assert snappy.decompress(compress(pb.SNAPPY, data), len(data), asbytes=True) == data
     assert compress(pb.NONE, data) == data
 
 
@@ -46,9 +50,11 @@ def test_payloads_from_other_encoders_decompress() -> None:
     assert decompress(pb.ZLIB, zlib.compress(data, 9), len(data)) == data
     no_size = zstandard.ZstdCompressor(write_content_size=False).compress(data)
     assert decompress(pb.ZSTD, no_size, len(data)) == data
+    raw_snappy = pa.Codec("snappy").compress(data, asbytes=True)
+    assert decompress(pb.SNAPPY, raw_snappy, len(data)) == data
 
 
-@pytest.mark.parametrize("kind", [pb.LZ4, pb.ZLIB, pb.ZSTD])
+@pytest.mark.parametrize("kind", [pb.LZ4, pb.ZLIB, pb.ZSTD, pb.SNAPPY])
 @pytest.mark.parametrize(
     "garbage", [b"", b"\x00", b"this is not compressed at all", bytes(range(256))]
 )
@@ -57,7 +63,7 @@ def test_decompressing_garbage_is_an_invalid_message(kind: int, garbage: bytes) 
         decompress(kind, garbage, 64)
 
 
-@pytest.mark.parametrize("kind", [pb.LZ4, pb.ZLIB, pb.ZSTD])
+@pytest.mark.parametrize("kind", [pb.LZ4, pb.ZLIB, pb.ZSTD, pb.SNAPPY])
 @pytest.mark.parametrize("delta", [-1, 1, 100])
 def test_decompressing_to_the_wrong_size_is_an_invalid_message(kind: int, delta: int) -> None:
     data = b"sized payload " * 40
@@ -65,11 +71,19 @@ def test_decompressing_to_the_wrong_size_is_an_invalid_message(kind: int, delta:
         decompress(kind, compress(kind, data), len(data) + delta)
 
 
-def test_snappy_is_refused_both_ways() -> None:
+def test_a_snappy_block_claiming_more_than_its_metadata_is_refused_before_decoding() -> None:
+    """The block's own length is checked against the metadata's first: a hostile block
+    cannot make the codec allocate what it claims."""
+    huge_claim = bytes([0xFF, 0xFF, 0xFF, 0xFF, 0x0F]) + b"tiny"
+    with pytest.raises(InvalidMessageError, match="declares"):
+        decompress(pb.SNAPPY, huge_claim, 4)
+
+
+def test_an_unknown_codec_is_refused_both_ways() -> None:
     with pytest.raises(InvalidConfigurationError):
-        compress(pb.SNAPPY, b"data")
+        compress(99, b"data")
     with pytest.raises(InvalidMessageError):
-        decompress(pb.SNAPPY, b"data", 4)
+        decompress(99, b"data", 4)
 
 
 def test_invalid_message_error_is_a_client_error() -> None:

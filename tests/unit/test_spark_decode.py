@@ -9,7 +9,6 @@ import datetime as dt
 import struct
 
 import pulsar
-import pyarrow as pa
 import pytest
 
 from stripemq.errors import CorruptEntryError, SparkSourceError
@@ -31,16 +30,6 @@ EVENT = 1_789_999_999_000
 
 def utc(ms: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
-
-
-def snappy(data: bytes) -> bytes:
-    """A raw Snappy block, as the official clients write it."""
-    compressed: bytes = pa.Codec("snappy").compress(data, asbytes=True)
-    return compressed
-
-
-def compressed(kind: int, data: bytes) -> bytes:
-    return snappy(data) if kind == pb.SNAPPY else compress(kind, data)
 
 
 def single_entry(
@@ -68,7 +57,7 @@ def single_entry(
     if compression != pb.NONE:
         metadata.compression = compression  # type: ignore[assignment]
         metadata.uncompressed_size = len(payload)
-        payload = compressed(compression, payload)
+        payload = compress(compression, payload)
     return encode_entry(metadata, payload, checksum=checksum)
 
 
@@ -99,7 +88,7 @@ def batch_entry(
     if compression != pb.NONE:
         metadata.compression = compression  # type: ignore[assignment]
         metadata.uncompressed_size = len(batch)
-        batch = compressed(compression, batch)
+        batch = compress(compression, batch)
     return encode_entry(metadata, batch)
 
 
@@ -336,7 +325,7 @@ def test_a_batch_message_running_past_the_payload_is_corrupt() -> None:
 @pytest.mark.parametrize("compression", COMPRESSIONS[1:], ids=COMPRESSION_IDS[1:])
 def test_a_payload_that_does_not_decompress_is_corrupt(compression: int) -> None:
     payload = b"hello world " * 100
-    good = compressed(compression, payload)
+    good = compress(compression, payload)
     for garbage, size in ((b"\xff" * 40, len(payload)), (good, len(payload) + 1)):
         metadata = pb.MessageMetadata(
             producer_name="p",
