@@ -145,6 +145,24 @@ def test_a_tombstone_deletes_its_key_and_is_not_kept() -> None:
     assert removed == 5
 
 
+@pytest.mark.parametrize("retain_null_key", [False, True])
+def test_removed_events_are_counted_as_pulsar_counts_them(retain_null_key: bool) -> None:
+    """A replaced value, a tombstone and a dropped keyless message are one event each; a
+    value a tombstone deletes is not counted again."""
+    latest = LatestByKey(retain_null_key=retain_null_key)
+    entries = [
+        single("a", b"1"),
+        single("a", b"2"),  # replaces a=1
+        single("a", b""),  # a tombstone
+        single("b", b"1"),
+        single(None, b"x"),  # keyless
+        batch([("b", b"2"), ("c", b"1"), ("c", b"")]),  # replaces b=1; a tombstone
+    ]
+    for i, data in enumerate(entries):
+        latest.add(Position(1, i), read_messages(data))
+    assert latest.removed_events == (4 if retain_null_key else 5)
+
+
 def test_a_key_written_again_after_its_tombstone_comes_back() -> None:
     kept, _ = compact_all([single("a", b"1"), single("a", b""), single("a", b"3")])
     assert [p.entry_id for p, _ in kept] == [2]

@@ -34,7 +34,8 @@ class CompactionResult:
     """A run's compacted ledger (not yet recorded on the cursor) and what it left out."""
 
     compacted: CompactedLedger
-    removed: int  # messages compaction left out (Pulsar's removed event count)
+    removed: int  # messages compaction left out
+    removed_events: int  # Pulsar's removed event count (``LatestByKey``)
 
 
 class TwoPhaseCompactor:
@@ -46,7 +47,7 @@ class TwoPhaseCompactor:
 
     async def compact(self, previous: CompactedLedger | None, end: Position) -> CompactionResult:
         """A compacted ledger of everything up to ``end`` (a confirmed position)."""
-        latest = LatestByKey()
+        latest = LatestByKey(retain_null_key=self.retain_null_key)
         async for entry in self._source(previous, end):
             latest.add(entry.position, read_messages(entry.data))
         log.debug(
@@ -89,7 +90,7 @@ class TwoPhaseCompactor:
         except BaseException:
             await self._discard(handle.ledger_id)
             raise
-        return CompactionResult(compacted, removed)
+        return CompactionResult(compacted, removed, latest.removed_events)
 
     async def _source(
         self, previous: CompactedLedger | None, end: Position

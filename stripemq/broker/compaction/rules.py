@@ -128,23 +128,32 @@ class MessageRef:
 
 
 class LatestByKey:
-    """Phase one: where every key was last written (tombstones forget it)."""
+    """Phase one: where every key was last written (tombstones forget it), and Pulsar's
+    count of removed events: a value replaced, a tombstone, a message without a key that
+    is not retained (so ``a=1, a=2, a=<tombstone>`` is two, not the three messages left
+    out)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, retain_null_key: bool = False) -> None:
         self._latest: dict[str, MessageRef] = {}
+        self.retain_null_key = retain_null_key
         self.messages_read = 0
+        self.removed_events = 0
 
     def add(self, position: Position, entry: EntryMessages | None) -> None:
         if entry is None:
+            self.removed_events += 1  # unreadable: left out, as a message without a key
             return
         for message in entry.messages:
             self.messages_read += 1
             if message.key is None:
-                continue
-            if message.tombstone:
+                self.removed_events += not self.retain_null_key
+            elif message.tombstone:
                 self._latest.pop(message.key, None)
+                self.removed_events += 1
             else:
+                replaced = self._latest.get(message.key)
                 self._latest[message.key] = MessageRef(position, message.index)
+                self.removed_events += replaced is not None
 
     def is_latest(self, position: Position, message: KeyedMessage) -> bool:
         if message.key is None:

@@ -171,7 +171,7 @@ class TopicCompaction:
     async def _run(self) -> None:
         started = time.monotonic()
         try:
-            removed = await self._compact()
+            removed_events = await self._compact()
         except asyncio.CancelledError:
             self._failed("compaction was cancelled: the topic closed")
             raise
@@ -181,7 +181,7 @@ class TopicCompaction:
             self._failed(str(exc) or type(exc).__name__)
             return
         self.status = CompactionStatus.SUCCESS
-        self.stats.removed_event_count = removed
+        self.stats.removed_event_count = removed_events
         self.stats.succeed_timestamp = now_ms()
         self.stats.duration_ms = int((time.monotonic() - started) * 1000)
 
@@ -192,7 +192,7 @@ class TopicCompaction:
         self.stats.failed_timestamp = now_ms()
 
     async def _compact(self) -> int:
-        """One run; returns the messages it left out."""
+        """One run; returns its removed event count."""
         cursor = await self._open_cursor()
         previous = await self.compacted()
         end = self.ml.last_confirmed
@@ -224,7 +224,7 @@ class TopicCompaction:
             compacted.entries,
             result.removed,
         )
-        return result.removed
+        return result.removed_events
 
     def _move_cursor(self, cursor: ManagedCursor, compacted: CompactedLedger) -> None:
         """Move the compaction cursor to the new horizon, naming the new ledger (one
