@@ -568,7 +568,8 @@ def internal_stats(topic: PersistentTopic) -> dict[str, Any]:
 
 
 def _compacted_ledger(topic: PersistentTopic) -> dict[str, object]:
-    """The compacted ledger as internal stats show it (-1s while none is opened)."""
+    """The compacted ledger as internal stats show it (-1s when there is none, or it
+    could not be opened)."""
     compacted = topic.compaction.opened
     return {
         "ledgerId": compacted.ledger_id if compacted is not None else -1,

@@ -245,7 +245,11 @@ def test_a_compacted_reader_after_an_unload_reads_what_was_kept(
     reader can read is still the last one kept, so it reads them all."""
     produce(client, topic, UPDATES, batched=False)
     compact(standalone, topic)
+    compacted = rest(standalone.web_url, "GET", admin_path(topic, "/internalStats"))[1]
+    assert compacted["compactedLedger"]["entries"] == len(LATEST)
     assert rest(standalone.web_url, "PUT", admin_path(topic, "/unload"))[0] == 204
+    after = rest(standalone.web_url, "GET", admin_path(topic, "/internalStats"))[1]
+    assert after["compactedLedger"] == compacted["compactedLedger"]  # before any read
     assert read_all(client, topic, compacted=True) == LATEST
 
 

@@ -580,6 +580,10 @@ class PersistentTopics:
 
     async def internal_stats(self, request: web.Request) -> web.Response:
         topic = await self._served_topic(request, topic_of(request))
+        try:
+            await topic.compaction.compacted()  # recorded but not read since the load
+        except StripeMQError as exc:
+            log.warning("%s: compacted ledger not opened for stats: %s", topic.name, exc)
         return ok_json(internal_stats(topic))
 
     async def _partitioned_only(self, topic: TopicName) -> int:
