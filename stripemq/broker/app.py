@@ -23,6 +23,7 @@ from stripemq.broker.web import WebService
 from stripemq.errors import StripeMQError
 from stripemq.metadata import MetadataStore, SessionEvent, create_metadata_store
 from stripemq.security.tls import server_context
+from stripemq.topic_limits import broker_limits
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,7 @@ def topic_policies(config: BrokerConfig) -> TopicPolicies:
         compaction_retain_null_key=config.topic_compaction_retain_null_key,
         compaction_threshold_bytes=config.broker_service_compaction_threshold_in_bytes,
         compaction_check_interval_s=config.broker_service_compaction_monitor_interval_in_seconds,
+        limits=broker_limits(config),
     )
 
 

@@ -14,6 +14,7 @@ from stripemq.errors import ConfigError
 from stripemq.managed_ledger.config import ManagedLedgerConfig
 from stripemq.managed_ledger.cursor.config import CursorConfig
 from stripemq.proto.frames import FRAME_PADDING
+from stripemq.topic_limits import Limit
 
 MiB = 1024 * 1024
 # Bytes left, in a frame of maxMessageSize + FRAME_PADDING, for the MESSAGE command around
@@ -298,6 +299,40 @@ class BrokerConfig:
         "How often topics are checked against their compaction threshold.",
         pulsar_name="brokerServiceCompactionMonitorIntervalInSeconds",
     )
+    # Count limits on a topic (0: none); a namespace's or topic's policy overrides each.
+    max_producers_per_topic: int = setting(
+        Limit.MAX_PRODUCERS.names.default,
+        "Producers a topic takes at once (0: no limit); one more is refused ProducerBusy.",
+        pulsar_name="maxProducersPerTopic",
+    )
+    max_consumers_per_topic: int = setting(
+        Limit.MAX_CONSUMERS.names.default,
+        "Consumers a topic takes at once, readers included (0: no limit); one more is "
+        "refused ConsumerBusy.",
+        pulsar_name="maxConsumersPerTopic",
+    )
+    max_consumers_per_subscription: int = setting(
+        Limit.MAX_CONSUMERS_PER_SUBSCRIPTION.names.default,
+        "Consumers a subscription takes at once (0: no limit); one more is refused ConsumerBusy.",
+        pulsar_name="maxConsumersPerSubscription",
+    )
+    max_subscriptions_per_topic: int = setting(
+        Limit.MAX_SUBSCRIPTIONS.names.default,
+        "Subscriptions a topic has (0: no limit); a new one past it is refused NotAllowed.",
+        pulsar_name="maxSubscriptionsPerTopic",
+    )
+    max_unacked_messages_per_consumer: int = setting(
+        Limit.MAX_UNACKED_PER_CONSUMER.names.default,
+        "Unacknowledged messages a Shared or Key_Shared consumer may hold before it gets "
+        "no more, until it holds half as many (0: no limit).",
+        pulsar_name="maxUnackedMessagesPerConsumer",
+    )
+    max_unacked_messages_per_subscription: int = setting(
+        Limit.MAX_UNACKED_PER_SUBSCRIPTION.names.default,
+        "Unacknowledged messages a Shared or Key_Shared subscription's consumers may hold "
+        "together before it dispatches no more, until they hold half as many (0: no limit).",
+        pulsar_name="maxUnackedMessagesPerSubscription",
+    )
     topic_compaction_retain_null_key: bool = setting(
         False,
         "Whether topic compaction keeps messages without a key (else it leaves them out, "
@@ -530,6 +565,12 @@ class BrokerConfig:
             "dispatch_throttling_rate_per_topic_in_byte",
             "dispatch_throttling_rate_per_subscription_in_msg",
             "dispatch_throttling_rate_per_subscription_in_byte",
+            "max_producers_per_topic",
+            "max_consumers_per_topic",
+            "max_consumers_per_subscription",
+            "max_subscriptions_per_topic",
+            "max_unacked_messages_per_consumer",
+            "max_unacked_messages_per_subscription",
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0")

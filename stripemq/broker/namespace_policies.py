@@ -40,6 +40,7 @@ from stripemq.broker.schema.types import CompatibilityStrategy
 from stripemq.errors import MetadataError
 from stripemq.metadata import EventType, MetadataStore, WatchEvent, WatchHandle
 from stripemq.retry import Backoff
+from stripemq.topic_limits import Limit, default_limits
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,9 @@ class BrokerDefaults(Protocol):
     @property
     def compaction_threshold_bytes(self) -> int: ...
 
+    @property
+    def limits(self) -> Mapping[Limit, int]: ...
+
 
 def _unlimited_quotas() -> dict[BacklogQuotaType, BacklogQuota]:
     return {kind: UNLIMITED_QUOTA for kind in BacklogQuotaType}
@@ -125,6 +129,11 @@ class EffectivePolicies:
     allow_auto_update_schema: bool = True
     schema_validation_enforced: bool = False
     compaction_threshold_bytes: int = 0  # 0: never compacted for its backlog's size
+    limits: Mapping[Limit, int] = field(default_factory=default_limits)
+
+    def limit(self, limit: Limit) -> int:
+        """The limit the topic obeys (0: none)."""
+        return self.limits.get(limit, 0)
 
     def backlog_quota(self, kind: BacklogQuotaType) -> BacklogQuota:
         return self.backlog_quotas.get(kind, UNLIMITED_QUOTA)
@@ -195,6 +204,7 @@ def resolve(policies: Policies, defaults: BrokerDefaults, cluster: str) -> Effec
             if policies.compaction_threshold is not None
             else defaults.compaction_threshold_bytes
         ),
+        limits={limit: policies.limits.get(limit, defaults.limits[limit]) for limit in Limit},
     )
 
 

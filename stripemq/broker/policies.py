@@ -29,12 +29,12 @@ from stripemq.broker.ownership import DEFAULT_BUNDLES, FULL_RANGE
 from stripemq.broker.partitions import MAX_PARTITIONS
 from stripemq.broker.schema.types import CompatibilityStrategy
 from stripemq.errors import StripeMQError
+from stripemq.topic_limits import Limit
 
 MAX_BUNDLES = 1024
 # Bounds that keep a mistyped figure from meaning "for ever" by overflow.
 MAX_INT = (1 << 31) - 1  # a Java int (Pulsar's minutes, seconds and message rates)
 MAX_LONG = (1 << 63) - 1  # a Java long (Pulsar's byte counts)
-MAX_LONG = (1 << 63) - 1  # a Java long (bytes)
 
 
 class InvalidPolicyError(StripeMQError, ValueError):
@@ -76,6 +76,31 @@ def parse_compaction_threshold(body: object) -> int:
     if isinstance(body, int) and not isinstance(body, bool) and body < 0:
         raise InvalidPolicyError("compactionThreshold must be 0 or more")
     return parse_int(body, "compactionThreshold", high=MAX_LONG)
+
+
+def parse_limit(body: object, what: str) -> int:
+    """A limit as an admin call sets it: a bare integer, 0 (no limit) or more."""
+    if isinstance(body, int) and not isinstance(body, bool) and body < 0:
+        raise InvalidPolicyError(f"{what} must be 0 or more")
+    return parse_int(body, what, high=MAX_INT)
+
+
+def limits_from_json(doc: Mapping[str, Any], field_of: str) -> dict[Limit, int]:
+    """The limits a stored policies document sets (``field_of``: ``"namespace_field"`` or
+    ``"topic_field"``). A negative value (what Pulsar once stored for "unset") is unset."""
+    limits = {}
+    for limit in Limit:
+        value = doc.get(getattr(limit.names, field_of))
+        if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+            continue
+        if value is not None:
+            limits[limit] = parse_limit(value, getattr(limit.names, field_of))
+    return limits
+
+
+def limits_to_json(limits: Mapping[Limit, int], field_of: str) -> dict[str, int | None]:
+    """Each limit under its field name (``None``: unset)."""
+    return {getattr(limit.names, field_of): limits.get(limit) for limit in Limit}
 
 
 def parse_bool(body: object, what: str) -> bool:
@@ -327,6 +352,9 @@ class Policies:
     schema_validation_enforced: bool = False
     # Backlog bytes past which a topic is compacted (0: never; None: the broker's setting).
     compaction_threshold: int | None = None
+    # Producers, consumers, subscriptions, unacknowledged messages (``topic_limits``);
+    # a limit missing here is the broker's.
+    limits: Mapping[Limit, int] = field(default_factory=dict)
     # Pulsar's auth_policies.namespace_auth: the actions (produce, consume...) granted to
     # each role on the namespace.
     namespace_auth: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -363,6 +391,7 @@ class Policies:
             "is_allow_auto_update_schema": self.is_allow_auto_update_schema,
             "schema_validation_enforced": self.schema_validation_enforced,
             "compaction_threshold": self.compaction_threshold,
+            **limits_to_json(self.limits, "namespace_field"),
             "deleted": False,
         }
 
@@ -435,6 +464,7 @@ class Policies:
             namespace_auth={
                 role: _names(actions, f"namespace_auth.{role}") for role, actions in auth.items()
             },
+            limits=limits_from_json(doc, "namespace_field"),
         )
 
 

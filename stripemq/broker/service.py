@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from stripemq.bookie.client import BookKeeper
@@ -45,6 +45,7 @@ from stripemq.managed_ledger.managed_ledger import ManagedLedgerFactory
 from stripemq.metadata import MetadataStore
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.topic_name import TopicName
+from stripemq.topic_limits import Limit, default_limits
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,7 @@ class TopicPolicies:
     schema_validation_enforced: bool = False
     compaction_retain_null_key: bool = False  # compaction keeps messages without a key
     compaction_threshold_bytes: int = 0  # backlog bytes that start a compaction (0: never)
+    limits: Mapping[Limit, int] = field(default_factory=default_limits)  # 0: none
     # How often the TTL, backlog-quota and subscription-expiry checks run (0: never).
     message_expiry_check_interval_s: float = 300.0
     backlog_quota_check_interval_s: float = 60.0

@@ -32,6 +32,8 @@ from stripemq.broker.policies import (
     Policies,
     PublishRate,
     RetentionPolicies,
+    limits_from_json,
+    limits_to_json,
     parse_backlog_quota_type,
     parse_bool,
     parse_compaction_threshold,
@@ -43,6 +45,7 @@ from stripemq.errors import BadVersionError, NodeExistsError, NotFoundError
 from stripemq.metadata import MetadataStore
 from stripemq.metadata.api import ANY_VERSION
 from stripemq.proto.topic_name import TopicName
+from stripemq.topic_limits import Limit
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +66,7 @@ class TopicLevelPolicies:
     schema_compatibility_strategy: CompatibilityStrategy | None = None
     schema_validation_enforced: bool | None = None
     compaction_threshold: int | None = None
+    limits: Mapping[Limit, int] = field(default_factory=dict)  # set ones only
 
     def with_(self, **changes: Any) -> TopicLevelPolicies:
         return dataclasses.replace(self, **changes)
@@ -71,7 +75,8 @@ class TopicLevelPolicies:
         """The namespace's policies with this topic's set over them (rates for
         ``cluster``, as the namespace keeps them per cluster)."""
         changes: dict[str, Any] = {
-            "backlog_quotas": {**namespace.backlog_quotas, **self.backlog_quotas}
+            "backlog_quotas": {**namespace.backlog_quotas, **self.backlog_quotas},
+            "limits": {**namespace.limits, **self.limits},
         }
         if self.retention is not None:
             changes["retention"] = self.retention
@@ -118,6 +123,11 @@ class TopicLevelPolicies:
             doc["schemaValidationEnforced"] = self.schema_validation_enforced
         if self.compaction_threshold is not None:
             doc["compactionThreshold"] = self.compaction_threshold
+        doc.update(
+            (field, value)
+            for field, value in limits_to_json(self.limits, "topic_field").items()
+            if value is not None
+        )
         return doc
 
     @classmethod
@@ -150,6 +160,7 @@ class TopicLevelPolicies:
                 "schemaValidationEnforced", lambda v: parse_bool(v, "schemaValidationEnforced")
             ),
             compaction_threshold=optional("compactionThreshold", parse_compaction_threshold),
+            limits=limits_from_json(doc, "topic_field"),
         )
 
 

@@ -53,6 +53,7 @@ from stripemq.cli.security_options import add_security_options
 from stripemq.clock import now_ms
 from stripemq.errors import InvalidConfigurationError
 from stripemq.proto.topic_name import TopicName
+from stripemq.topic_limits import Limit
 
 DEFAULT_ADMIN_URL = "http://127.0.0.1:8080"
 ADMIN_URL_ENV = "STRIPEMQ_ADMIN_URL"
@@ -397,6 +398,7 @@ class PolicyLevel:
     deduplication: str  # its endpoint
     quota_getter: str  # get-backlog-quotas, get-backlog-quota
     applied: bool  # the get- commands take -ap
+    topic: bool  # topicPolicies (the limits' names differ: ``topic_limits``)
 
 
 def _policy_get_remove(
@@ -496,6 +498,19 @@ def _add_policy_commands(commands: Any, level: PolicyLevel) -> None:
     remove_quota.add_argument(
         "-t", "--type", dest="quota_type", default="destination_storage", help="backlog quota type"
     )
+
+    for limit in Limit:
+        names = limit.names
+        command, flags, path = (
+            (names.topic_command, names.topic_flag, names.topic_path)
+            if level.topic
+            else (names.namespace_command, names.namespace_flag, names.namespace_path)
+        )
+        about = command.replace("-", " ").replace("max ", "the maximum of ")
+        limited = make(commands, f"set-{command}", f"Set {about} {of}", _ns_set_limit)
+        limited.add_argument(*flags, dest="limit", type=int, required=True, help="0: no limit")
+        limited.set_defaults(endpoint=path)
+        _policy_get_remove(commands, command, path, about, level)
 
     threshold = make(
         commands,
@@ -604,6 +619,7 @@ NAMESPACE_LEVEL = PolicyLevel(
     deduplication="deduplication",
     quota_getter="get-backlog-quotas",
     applied=False,
+    topic=False,
 )
 TOPIC_LEVEL = PolicyLevel(
     make=_topic_policy_command,
@@ -614,6 +630,7 @@ TOPIC_LEVEL = PolicyLevel(
     deduplication="deduplicationEnabled",
     quota_getter="get-backlog-quota",
     applied=True,
+    topic=True,
 )
 
 
@@ -1233,6 +1250,13 @@ def _ns_set_message_ttl(args: argparse.Namespace, client: AdminClient) -> Any:
         client.post(f"{path}/messageTTL", query={"messageTTL": seconds})
     else:
         client.post(f"{path}/messageTTL", body=seconds)
+    return NOTHING
+
+
+def _ns_set_limit(args: argparse.Namespace, client: AdminClient) -> Any:
+    if args.limit < 0:
+        raise ArgumentFormatError(f"{args.endpoint} must be 0 or more")
+    client.post(f"{_policy_path(args)}/{args.endpoint}", body=args.limit)
     return NOTHING
 
 

@@ -679,3 +679,30 @@ async def test_the_compaction_threshold_is_put_read_and_removed(admin: Admin) ->
     assert document["compaction_threshold"] == 1048576
     assert (await admin.call("DELETE", url))[0] == 204
     assert await admin.call("GET", url) == (204, None)
+
+
+@pytest.mark.parametrize(
+    ("path", "field"),
+    [
+        ("maxProducersPerTopic", "max_producers_per_topic"),
+        ("maxConsumersPerTopic", "max_consumers_per_topic"),
+        ("maxConsumersPerSubscription", "max_consumers_per_subscription"),
+        ("maxUnackedMessagesPerConsumer", "max_unacked_messages_per_consumer"),
+        ("maxUnackedMessagesPerSubscription", "max_unacked_messages_per_subscription"),
+        ("maxSubscriptionsPerTopic", "max_subscriptions_per_topic"),
+    ],
+)
+async def test_each_limit_is_set_read_and_removed(admin: Admin, path: str, field: str) -> None:
+    url = f"{DEFAULT}/{path}"
+    assert await admin.call("GET", url) == (204, None)
+    _, document = await admin.call("GET", DEFAULT)
+    assert document[field] is None
+    assert (await admin.call("POST", url, 7))[0] == 204
+    assert await admin.call("GET", url) == (200, 7)
+    _, document = await admin.call("GET", DEFAULT)
+    assert document[field] == 7
+    status, body = await admin.call("POST", url, -1)
+    assert (status, body["reason"]) == (412, f"{path} must be 0 or more")
+    assert (await admin.call("POST", url, True))[0] == 412
+    assert (await admin.call("DELETE", url))[0] == 204
+    assert await admin.call("GET", url) == (204, None)

@@ -48,6 +48,12 @@ async def test_each_policy_is_set_read_and_removed(app: App) -> None:
         ),
         ("schemaCompatibilityStrategy", "PUT", "BACKWARD"),
         ("compactionThreshold", "POST", 10 * 1024 * 1024),
+        ("maxProducers", "POST", 3),
+        ("maxConsumers", "POST", 4),
+        ("maxConsumersPerSubscription", "POST", 2),
+        ("maxUnackedMessagesOnConsumer", "POST", 100),
+        ("maxUnackedMessagesOnSubscription", "POST", 1000),
+        ("maxSubscriptionsPerTopic", "POST", 5),
     ]
     assert await app.call("GET", f"{TOPIC}/schemaValidationEnforced") == (200, False)
     for path, method, body in cases:
@@ -232,3 +238,27 @@ async def test_a_topic_that_fails_to_open_leaves_no_watch(
     with pytest.raises(RuntimeError):
         await service.get_topic(name)
     await until(lambda: topic_policies_key(name) not in service.topic_policies.watched, "forgot")
+
+
+async def test_limits_at_the_topic_level(app: App) -> None:
+    """Stored under Pulsar's TopicPolicies names, applied over the namespace's and the
+    broker's (maxUnackedMessagesPerConsumer: 50000 by default), refused below 0."""
+    assert await app.call("GET", f"{TOPIC}/maxProducers?applied=true") == (200, 0)
+    assert await app.call("GET", f"{TOPIC}/maxUnackedMessagesOnConsumer?applied=true") == (
+        200,
+        50_000,
+    )
+    assert (await app.call("POST", f"{NS}/maxProducersPerTopic", 8))[0] == 204
+
+    async def applied_max_producers() -> bool:
+        answer = await app.call("GET", f"{TOPIC}/maxProducers?applied=true")
+        return answer == (200, 8)
+
+    await until(applied_max_producers)
+    assert (await app.call("POST", f"{TOPIC}/maxProducers", 2))[0] == 204
+    assert await app.call("GET", f"{TOPIC}/maxProducers?applied=true") == (200, 2)
+    assert (await own(app)).to_json() == {"maxProducerPerTopic": 2}
+    status, body = await app.call("POST", f"{TOPIC}/maxUnackedMessagesOnSubscription", -1)
+    assert (status, body["reason"]) == (412, "maxUnackedNum must be 0 or more")
+    status, body = await app.call("POST", f"{TOPIC}/maxConsumers", "many")
+    assert status == 412

@@ -95,6 +95,7 @@ from stripemq.broker.policies import (
     parse_bool,
     parse_compaction_threshold,
     parse_int,
+    parse_limit,
     parse_schema_strategy,
 )
 from stripemq.broker.schema import CompatibilityStrategy
@@ -103,6 +104,7 @@ from stripemq.errors import BadVersionError, NodeExistsError, NotFoundError
 from stripemq.proto.topic_name import TopicName
 from stripemq.retry import Backoff
 from stripemq.security.authorization import parse_actions
+from stripemq.topic_limits import Limit
 
 log = logging.getLogger(__name__)
 
@@ -279,7 +281,21 @@ class PolicyEndpoint:
     set_method: str = "POST"  # Pulsar's method for the change (PUT for a few)
 
 
+def _limit_endpoint(limit: Limit) -> PolicyEndpoint:
+    """A count limit's endpoint (``maxProducersPerTopic``...): a bare integer, 0 or more."""
+    what = limit.names.namespace_path
+
+    def set_limit(policies: Policies, body: object, scope: PolicyScope) -> Policies:
+        return policies.with_(limits={**policies.limits, limit: parse_limit(body, what)})
+
+    def remove_limit(policies: Policies, scope: PolicyScope) -> Policies:
+        return policies.with_(limits={k: v for k, v in policies.limits.items() if k is not limit})
+
+    return PolicyEndpoint(what, lambda p, s: p.limits.get(limit), set_limit, remove_limit)
+
+
 POLICY_ENDPOINTS = (
+    *(_limit_endpoint(limit) for limit in Limit),
     PolicyEndpoint(
         "retention",
         lambda p, s: p.retention.to_json() if p.retention else None,

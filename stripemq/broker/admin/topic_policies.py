@@ -51,6 +51,7 @@ from stripemq.broker.policies import (
     parse_bool,
     parse_compaction_threshold,
     parse_int,
+    parse_limit,
 )
 from stripemq.broker.topic_policies import (
     TopicLevelPolicies,
@@ -61,6 +62,7 @@ from stripemq.broker.topic_policies import (
 )
 from stripemq.managed_ledger.ledger_list import managed_ledger_path
 from stripemq.proto.topic_name import TopicName
+from stripemq.topic_limits import Limit
 
 TOPIC = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
 Own = TopicLevelPolicies
@@ -165,7 +167,26 @@ def _field(
     )
 
 
+def _limit_endpoint(limit: Limit) -> TopicPolicyEndpoint:
+    """A count limit's endpoint (``maxProducers``...): a bare integer, 0 or more."""
+
+    def set_limit(own: Own, body: object, query: Query) -> Own:
+        return own.with_(limits={**own.limits, limit: parse_limit(body, limit.names.topic_value)})
+
+    def remove_limit(own: Own, query: Query) -> Own:
+        return own.with_(limits={k: v for k, v in own.limits.items() if k is not limit})
+
+    return TopicPolicyEndpoint(
+        limit.names.topic_path,
+        lambda o, q: o.limits.get(limit),
+        set_limit,
+        remove_limit,
+        lambda p, c, q: p.limit(limit),
+    )
+
+
 TOPIC_POLICY_ENDPOINTS = (
+    *(_limit_endpoint(limit) for limit in Limit),
     _field("retention", "retention", RetentionPolicies.parse, _applied_retention),
     TopicPolicyEndpoint(
         "messageTTL",
