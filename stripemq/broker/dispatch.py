@@ -9,12 +9,54 @@ back through ``remove_consumer`` to be delivered again.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 
 from stripemq.managed_ledger.position import Position
 
 _slot_ids = itertools.count()
+
+
+class PendingAcks(MutableMapping[Position, int]):
+    """Entries handed to a consumer and not acknowledged (position -> messages in the
+    entry), with the messages they hold kept as a running total."""
+
+    def __init__(self) -> None:
+        self._entries: dict[Position, int] = {}
+        self.messages = 0
+
+    def __getitem__(self, position: Position) -> int:
+        return self._entries[position]
+
+    def __setitem__(self, position: Position, messages: int) -> None:
+        self.messages += messages - self._entries.get(position, 0)
+        self._entries[position] = messages
+
+    def __delitem__(self, position: Position) -> None:
+        self.messages -= self._entries.pop(position)
+
+    def __iter__(self) -> Iterator[Position]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, position: object) -> bool:
+        return position in self._entries
+
+    def get(self, position: Position, default: int = 0) -> int:  # type: ignore[override]
+        return self._entries.get(position, default)
+
+    def pop(self, position: Position, default: int | None = None) -> int | None:  # type: ignore[override]
+        messages = self._entries.pop(position, None)
+        if messages is None:
+            return default
+        self.messages -= messages
+        return messages
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self.messages = 0
 
 
 @dataclass(eq=False)
@@ -29,25 +71,51 @@ class ConsumerSlot:
     name: str
     priority: int = 0
     permits: int = 0
-    # Entries handed out and not acknowledged: position -> messages in the entry.
-    pending: dict[Position, int] = field(default_factory=dict)
+    pending: PendingAcks = field(default_factory=PendingAcks)
     slot_id: int = field(default_factory=lambda: next(_slot_ids))
     # False while its connection has more unsent bytes than it may (a client that asks
     # for messages and does not read them): it gets nothing more until that drains.
     writable: bool = True
+    # Pulsar's maxUnackedMessagesPerConsumer (0: no limit; Shared and Key_Shared only): a
+    # consumer holding that many unacknowledged messages gets nothing more until it holds
+    # half as many.
+    max_unacked: int = 0
+    _blocked_on_unacked: bool = False
 
     @property
     def ready(self) -> bool:
-        """Whether it may be handed an entry now: it has permits and is writable."""
-        return self.permits > 0 and self.writable
+        """Whether it may be handed an entry now: it has permits, is writable and is not
+        blocked on unacknowledged messages."""
+        return self.permits > 0 and self.writable and not self.blocked_on_unacked
+
+    @property
+    def blocked_on_unacked(self) -> bool:
+        """Pulsar's blockedConsumerOnUnackedMsgs."""
+        if self._blocked_on_unacked and (
+            self.max_unacked <= 0 or self.pending.messages <= self.max_unacked // 2
+        ):
+            self._blocked_on_unacked = False
+        return self._blocked_on_unacked
 
     def take(self, position: Position, messages: int) -> None:
         self.pending[position] = messages
         self.permits -= messages
+        if 0 < self.max_unacked <= self.pending.messages:
+            self._blocked_on_unacked = True
 
     def acknowledged(self, positions: Iterable[Position]) -> None:
         for position in positions:
             self.pending.pop(position, None)
+
+
+def blocked_on_unacked(consumers: Iterable[ConsumerSlot], limit: int, blocked: bool) -> bool:
+    """Whether a subscription stays (or becomes) blocked on unacknowledged messages, as
+    Pulsar's dispatcher is at maxUnackedMessagesPerSubscription: from ``limit`` held by
+    its consumers together until they hold half as many (``limit`` 0: never)."""
+    if limit <= 0:
+        return False
+    held = sum(slot.pending.messages for slot in consumers)
+    return held > limit // 2 if blocked else held >= limit
 
 
 class Dispatcher:

@@ -36,6 +36,7 @@ from stripemq.broker.dispatch import (
     FailoverDispatcher,
     RoundRobinDispatcher,
     SingleActiveDispatcher,
+    blocked_on_unacked,
 )
 from stripemq.broker.key_shared import KeySharedDispatcher
 from stripemq.broker.names import (
@@ -81,6 +82,7 @@ from stripemq.proto.frames import entry_metadata
 from stripemq.proto.initial_position import InitialPosition
 from stripemq.proto.topic_name import TopicName
 from stripemq.retry import Backoff
+from stripemq.topic_limits import Limit
 
 log = logging.getLogger(__name__)
 
@@ -223,6 +225,7 @@ class Subscription:
         # Where reading what compaction kept of trimmed ledgers goes on, for a consumer
         # that reads compacted from the earliest (``read_compacted_from_earliest``).
         self._compacted_from: Position | None = None
+        self._blocked_on_unacked = False  # see blocked_on_unacked
 
     @property
     def last_active_ms(self) -> int:
@@ -280,10 +283,18 @@ class Subscription:
     def add_consumer(
         self, consumer: Consumer, hash_ranges: list[tuple[int, int]] | None = None
     ) -> None:
+        """Raises ``BrokerError(ConsumerBusy)`` past a consumer limit (the subscription's
+        or the topic's), or for a second consumer of an Exclusive subscription."""
         if self.sub_type == SubType.Exclusive and self.dispatcher.consumers:
             raise BrokerError(
                 pb.ConsumerBusy, f"subscription {self.name} already has a consumer (Exclusive)"
             )
+        policies = self.topic.policies
+        if 0 < policies.limit(Limit.MAX_CONSUMERS) <= self.topic.consumer_count():
+            raise BrokerError(pb.ConsumerBusy, "Topic reached max consumers limit")
+        if 0 < policies.limit(Limit.MAX_CONSUMERS_PER_SUBSCRIPTION) <= len(self.consumers):
+            raise BrokerError(pb.ConsumerBusy, "Subscription reached max consumers limit")
+        consumer.slot.max_unacked = self._consumer_unacked_limit()
         if isinstance(self.dispatcher, KeySharedDispatcher):
             try:
                 self.dispatcher.add_consumer(consumer.slot, hash_ranges)
@@ -299,6 +310,38 @@ class Subscription:
         if self._task is None:
             self._task = asyncio.ensure_future(self._dispatch_loop())
         self._wake.set()
+
+    @property
+    def limits_unacked(self) -> bool:
+        """Whether unacknowledged messages are limited here: on Shared and Key_Shared
+        subscriptions, as in Pulsar (an Exclusive or Failover consumer reads in order)."""
+        return self.sub_type in (SubType.Shared, SubType.Key_Shared)
+
+    def _consumer_unacked_limit(self) -> int:
+        if not self.limits_unacked:
+            return 0
+        return self.topic.policies.limit(Limit.MAX_UNACKED_PER_CONSUMER)
+
+    def policies_changed(self) -> None:
+        """The topic's policies changed: its consumers' unacked limit, and a dispatch that
+        waits on a rate or a limit looks again."""
+        for consumer in self.consumers.values():
+            consumer.slot.max_unacked = self._consumer_unacked_limit()
+        self.wake()
+
+    @property
+    def blocked_on_unacked(self) -> bool:
+        """Pulsar's blockedSubscriptionOnUnackedMsgs: its consumers hold the subscription's
+        limit of unacknowledged messages (until they hold half as many)."""
+        limit = self._subscription_unacked_limit()
+        slots = [consumer.slot for consumer in self.consumers.values()]
+        self._blocked_on_unacked = blocked_on_unacked(slots, limit, self._blocked_on_unacked)
+        return self._blocked_on_unacked
+
+    def _subscription_unacked_limit(self) -> int:
+        if not self.limits_unacked:
+            return 0
+        return self.topic.policies.limit(Limit.MAX_UNACKED_PER_SUBSCRIPTION)
 
     def remove_consumer(self, consumer: Consumer) -> None:
         if self.consumers.pop(consumer.slot.slot_id, None) is None:
@@ -544,10 +587,10 @@ class Subscription:
         backoff = Backoff(initial=0.1, maximum=5.0)
         failing = False
         while True:
-            if not self.dispatcher.has_permits():
+            if not self.dispatcher.has_permits() or self.blocked_on_unacked:
                 if self._read_to_end_of_terminated_topic():  # told on the ack, permits or not
                     self._tell_end_of_topic()
-                await self._wait_for_wake()
+                await self._wait_for_wake()  # an ack, a flow, a consumer: look again
                 continue
             if self._dispatch_budget() == 0:
                 await self._wait_for_dispatch_rate()
@@ -603,8 +646,16 @@ class Subscription:
         return dispatch_budget(self._limiters())
 
     def _read_batch(self) -> int:
+        """Entries one read asks for: within the dispatch rates' budget and, under an
+        unacked limit, what the subscription may still hand out (an entry holds one message
+        or more, so a batch may take it past the limit, as in Pulsar)."""
         budget = self._dispatch_budget()
-        return READ_BATCH if budget is None else max(1, min(READ_BATCH, budget))
+        batch = READ_BATCH if budget is None else max(1, min(READ_BATCH, budget))
+        limit = self._subscription_unacked_limit()
+        if limit > 0:
+            held = sum(c.slot.pending.messages for c in self.consumers.values())
+            batch = max(1, min(batch, limit - held))
+        return batch
 
     async def _wait_for_dispatch_rate(self) -> None:
         """Wait until the dispatch rates allow more (or something wakes the loop)."""
@@ -1023,6 +1074,11 @@ class PersistentTopic:
                 self._check_serving()  # unloaded or closed meanwhile: it goes elsewhere
                 if self.ml.terminated:
                     raise BrokerError(pb.TopicTerminatedError, f"topic {self.name} is terminated")
+            limit = self.policies.limit(Limit.MAX_PRODUCERS)
+            if 0 < limit <= len(self.producers):
+                raise BrokerError(
+                    pb.ProducerBusy, f"Topic '{self.name}' reached max producers limit"
+                )
             self.producers.append(producer)
 
     def _take_over_name(self, producer: Producer) -> None:
@@ -1184,7 +1240,7 @@ class PersistentTopic:
                 subscription.rate_limiter = limiter_for(
                     subscription.rate_limiter, subscription_rate
                 )
-                subscription.wake()  # a lifted limit lets a waiting dispatch go at once
+                subscription.policies_changed()  # a lifted limit lets a dispatch go at once
             if policies.deduplication:
                 self._start_deduplication()
             else:
@@ -1305,6 +1361,7 @@ class PersistentTopic:
             self._check_serving()
             subscription = self.subscriptions.get(name)
             if subscription is None:
+                self._check_room_for_a_subscription()
                 cursor = await self.ml.open_cursor(name, initial)
                 self._check_serving()
                 if name not in self.subscriptions:  # (else taken up meanwhile by another)
@@ -1323,6 +1380,22 @@ class PersistentTopic:
                 continue
             subscription.take_type(sub_type, sticky)  # same cursor, same counts
             return subscription
+
+    def _check_room_for_a_subscription(self) -> None:
+        """Raises ``BrokerError(NotAllowedError)`` when the topic has as many subscriptions
+        as maxSubscriptionsPerTopic lets it (the broker's own cursors do not count)."""
+        limit = self.policies.limit(Limit.MAX_SUBSCRIPTIONS)
+        if limit <= 0:
+            return
+        if len(self.subscriptions.keys() - {COMPACTION_CURSOR}) >= limit:
+            raise BrokerError(
+                pb.NotAllowedError,
+                f"Exceed the maximum number of subscriptions of the topic: {self.name}",
+            )
+
+    def consumer_count(self) -> int:
+        """Consumers of every subscription, readers' included."""
+        return sum(len(s.consumers) for s in self.subscriptions.values())
 
     async def _open_compaction_cursor(self) -> ManagedCursor:
         """The compaction cursor, made at the earliest if new, taken up as a subscription
@@ -1346,6 +1419,7 @@ class PersistentTopic:
             return existing
         if existing is not None:
             raise BrokerError(pb.ConsumerBusy, f"subscription {name} already exists")
+        self._check_room_for_a_subscription()
         cursor = self.ml.open_non_durable_cursor(name, start)
         subscription = Subscription(self, cursor, sub_type)
         self.subscriptions[name] = subscription
