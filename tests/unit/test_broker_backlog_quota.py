@@ -229,7 +229,7 @@ async def test_eviction_lets_go_of_what_the_consumers_held(store: MetadataStore)
     consumer = Consumer(ConsumerSlot(1, "c"), NullSink(), slow)
     slow.add_consumer(consumer)
     first = topic.ml.chain.first_position()
-    consumer.slot.pending = {first: 1}  # delivered, not acknowledged
+    consumer.slot.pending.update({first: 1})  # delivered, not acknowledged
     await enforce(topic)
     assert slow.cursor.is_acked(first)
     assert consumer.slot.pending == {}  # evicted: no longer the consumer's to ack

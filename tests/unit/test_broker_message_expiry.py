@@ -123,7 +123,7 @@ async def test_every_subscription_checked_is_stamped_and_its_consumers_let_go(
     early = topic.subscriptions["early"]
     consumer = Consumer(ConsumerSlot(1, "c"), NullSink(), early)
     early.add_consumer(consumer)
-    consumer.slot.pending = {topic.ml.chain.first_position(): 1}  # delivered, unacked
+    consumer.slot.pending.update({topic.ml.chain.first_position(): 1})  # delivered, unacked
     assert await expire_topic(topic, 60) == 2
     assert consumer.slot.pending == {}  # expired: no longer the consumer's to ack
     fresh = topic.subscriptions["fresh"].stats

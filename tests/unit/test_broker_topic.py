@@ -66,7 +66,7 @@ def ack(
 @pytest.mark.parametrize("with_size", [True, False])
 def test_a_cumulative_ack_inside_a_batch_acks_only_up_to_that_message(with_size: bool) -> None:
     sub, consumer = subscription()
-    consumer.slot.pending = {Position(LEDGER, 0): 1, Position(LEDGER, 1): 10}
+    consumer.slot.pending.update({Position(LEDGER, 0): 1, Position(LEDGER, 1): 10})
     # Messages 0..4 of the batch at entry 1 acknowledged, cumulatively (the ack set's set
     # bits are the messages still unacknowledged).
     unacked = [False] * 5 + [True] * 5
@@ -86,14 +86,14 @@ def test_a_cumulative_ack_inside_a_batch_acks_only_up_to_that_message(with_size:
 
 def test_a_cumulative_ack_whose_ack_set_clears_every_bit_acks_the_entry() -> None:
     sub, consumer = subscription()
-    consumer.slot.pending = {Position(LEDGER, 0): 3}
+    consumer.slot.pending.update({Position(LEDGER, 0): 3})
     sub.ack(consumer, ack(pb.CommandAck.Cumulative, 0, [False] * 3, 3))
     assert sub.cursor.state.mark_delete == Position(LEDGER, 0)
 
 
 def test_a_cumulative_ack_that_acks_no_message_of_the_batch_acks_only_what_precedes() -> None:
     sub, consumer = subscription()
-    consumer.slot.pending = {Position(LEDGER, 2): 4}
+    consumer.slot.pending.update({Position(LEDGER, 2): 4})
     sub.ack(consumer, ack(pb.CommandAck.Cumulative, 2, [True] * 4, 4))
     state = sub.cursor.state
     assert state.mark_delete == Position(LEDGER, 1)
@@ -102,7 +102,7 @@ def test_a_cumulative_ack_that_acks_no_message_of_the_batch_acks_only_what_prece
 
 def test_a_cumulative_ack_without_an_ack_set_acks_the_whole_entry() -> None:
     sub, consumer = subscription()
-    consumer.slot.pending = {Position(LEDGER, 0): 1, Position(LEDGER, 1): 10}
+    consumer.slot.pending.update({Position(LEDGER, 0): 1, Position(LEDGER, 1): 10})
     sub.ack(consumer, ack(pb.CommandAck.Cumulative, 1))
     assert sub.cursor.state.mark_delete == Position(LEDGER, 1)
     assert consumer.slot.pending == {}
@@ -123,7 +123,7 @@ def test_a_hostile_batch_size_is_refused_before_anything_is_allocated(
 def test_a_batch_size_taken_from_a_hostile_producers_entry_is_refused() -> None:
     sub, consumer = subscription()
     # The entry's metadata claimed 2**31 - 1 messages; the ack leaves batch_size out.
-    consumer.slot.pending = {Position(LEDGER, 1): 2**31 - 1}
+    consumer.slot.pending.update({Position(LEDGER, 1): 2**31 - 1})
     with pytest.raises(BrokerError):
         sub.ack(consumer, ack(pb.CommandAck.Individual, 1, [False]))
     assert sub.cursor.state.ack_set(Position(LEDGER, 1)) is None
