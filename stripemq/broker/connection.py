@@ -793,6 +793,7 @@ class ServerConnection:
             subscription.add_consumer(consumer, ranges)
         except BaseException:
             self.consumers.pop(body.consumer_id, None)
+            await topic.drop_if_unused(subscription)  # a refused reader's goes with it
             raise
         self.write(pb.CommandSuccess(request_id=body.request_id))
 

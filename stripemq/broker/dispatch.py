@@ -47,10 +47,14 @@ class PendingAcks(MutableMapping[Position, int]):
     def get(self, position: Position, default: int = 0) -> int:  # type: ignore[override]
         return self._entries.get(position, default)
 
-    def pop(self, position: Position, default: int | None = None) -> int | None:  # type: ignore[override]
-        messages = self._entries.pop(position, None)
-        if messages is None:
-            return default
+    def pop(self, position: Position, *default: int | None) -> int | None:  # type: ignore[override]
+        """As ``dict.pop``: ``KeyError`` for an entry it does not hold unless given a
+        default."""
+        if position not in self._entries:
+            if default:
+                return default[0]
+            raise KeyError(position)
+        messages = self._entries.pop(position)
         self.messages -= messages
         return messages
 

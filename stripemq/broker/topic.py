@@ -477,7 +477,7 @@ class Subscription:
         """The consumer gives entries back (negative ack, ack timeout, or all of them)."""
         positions = [Position(m.ledgerId, m.entryId) for m in message_ids]
         pending = consumer.slot.pending
-        given = sum(pending.get(p, 0) for p in positions) if positions else sum(pending.values())
+        given = sum(pending.get(p, 0) for p in positions) if positions else pending.messages
         self.stats.redelivered(consumer.stats, given)
         if self.dispatcher.exclusive:
             # One consumer reads in order: give back means read again from the first unacked.
@@ -587,7 +587,7 @@ class Subscription:
         backoff = Backoff(initial=0.1, maximum=5.0)
         failing = False
         while True:
-            if not self.dispatcher.has_permits() or self.blocked_on_unacked:
+            if self.blocked_on_unacked or not self.dispatcher.has_permits():
                 if self._read_to_end_of_terminated_topic():  # told on the ack, permits or not
                     self._tell_end_of_topic()
                 await self._wait_for_wake()  # an ack, a flow, a consumer: look again

@@ -99,3 +99,17 @@ def test_a_shared_consumer_at_its_unacked_limit_waits_for_its_acks(
     more = [consumer.receive(5000) for _ in range(2)]
     got = [m.data().decode() for m in held + more]
     assert sorted(got) == sorted(f"m{i}" for i in range(6))
+
+
+def test_refused_readers_leave_no_subscription_behind(
+    standalone: StandaloneProcess, client: pulsar.Client, topic: str
+) -> None:
+    """A reader past the topic's consumer limit is refused, and its subscription goes
+    with it (else they would pile up, and count against maxSubscriptionsPerTopic)."""
+    set_topic_limit(standalone, topic, "maxConsumers", 1)
+    client.subscribe(topic, "only")
+    for _ in range(3):
+        with pytest.raises(pulsar.ConsumerBusy):
+            client.create_reader(topic, pulsar.MessageId.earliest)
+    path = "/admin/v2/persistent/" + topic.removeprefix("persistent://") + "/subscriptions"
+    assert rest(standalone.web_url, "GET", path)[1] == ["only"]

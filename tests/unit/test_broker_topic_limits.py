@@ -44,7 +44,9 @@ def test_pending_acks_keep_the_messages_they_hold() -> None:
     pending[at(1)] = 10
     pending[at(1)] = 4  # the same entry again: replaced, not added
     assert pending.messages == 5 and len(pending) == 2
-    assert pending.pop(at(0)) == 1 and pending.pop(at(0)) is None
+    assert pending.pop(at(0)) == 1 and pending.pop(at(0), None) is None
+    with pytest.raises(KeyError):
+        pending.pop(at(0))
     del pending[at(1)]
     assert pending.messages == 0 and dict(pending) == {}
     pending[at(2)] = 3
