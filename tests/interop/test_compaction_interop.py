@@ -7,7 +7,6 @@ lets the original ledgers go."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import pulsar
 import pytest
@@ -18,15 +17,6 @@ from stripemq.testing.rest import rest
 from stripemq.testing.standalone import StandaloneProcess
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def client(standalone: StandaloneProcess) -> Iterator[pulsar.Client]:
-    c = pulsar.Client(standalone.service_url, operation_timeout_seconds=10)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture

@@ -19,15 +19,6 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def client(standalone: StandaloneProcess) -> Iterator[pulsar.Client]:
-    c = pulsar.Client(standalone.service_url, operation_timeout_seconds=10)
-    try:
-        yield c
-    finally:
-        c.close()
-
-
-@pytest.fixture
 def topic(standalone: StandaloneProcess) -> Iterator[str]:
     name = f"limited-{uuid.uuid4().hex[:8]}"
     assert rest(standalone.web_url, "PUT", f"/admin/v2/persistent/public/default/{name}")[0] == 204
