@@ -90,6 +90,7 @@ def topic_policies(config: BrokerConfig) -> TopicPolicies:
         compaction_threshold_bytes=config.broker_service_compaction_threshold_in_bytes,
         compaction_check_interval_s=config.broker_service_compaction_monitor_interval_in_seconds,
         limits=broker_limits(config),
+        persistence=config.default_persistence(),
     )
 
 

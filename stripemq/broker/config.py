@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from stripemq.bookie.client.config import ClientConfig
 from stripemq.broker.delayed_delivery import DEFAULT_TICK_MS
-from stripemq.broker.policies import BacklogQuotaPolicy
+from stripemq.broker.policies import BacklogQuotaPolicy, PersistencePolicies, QuorumBounds
 from stripemq.broker.schema.types import CompatibilityStrategy
 from stripemq.config import setting
 from stripemq.errors import ConfigError
@@ -192,6 +192,21 @@ class BrokerConfig:
         2,
         "Bookies that must confirm an entry before it is acknowledged (Qa; standalone: 1).",
         pulsar_name="managedLedgerDefaultAckQuorum",
+    )
+    managed_ledger_max_ensemble_size: int = setting(
+        5,
+        "The largest ensemble a namespace's or topic's persistence policies may ask for.",
+        pulsar_name="managedLedgerMaxEnsembleSize",
+    )
+    managed_ledger_max_write_quorum: int = setting(
+        5,
+        "The largest write quorum persistence policies may ask for.",
+        pulsar_name="managedLedgerMaxWriteQuorum",
+    )
+    managed_ledger_max_ack_quorum: int = setting(
+        5,
+        "The largest ack quorum persistence policies may ask for.",
+        pulsar_name="managedLedgerMaxAckQuorum",
     )
     bookkeeper_use_v2_wire_protocol: bool = setting(
         True,
@@ -585,6 +600,23 @@ class BrokerConfig:
         return DelayedDeliveryConfig(
             enabled=self.delayed_delivery_enabled,
             tick_ms=self.delayed_delivery_tick_time_millis,
+        )
+
+    def quorum_bounds(self) -> QuorumBounds:
+        """What persistence policies may ask for (``managedLedgerMax*``)."""
+        return QuorumBounds(
+            self.managed_ledger_max_ensemble_size,
+            self.managed_ledger_max_write_quorum,
+            self.managed_ledger_max_ack_quorum,
+        )
+
+    def default_persistence(self) -> PersistencePolicies:
+        """The persistence of a topic whose namespace and own policies set none."""
+        return PersistencePolicies(
+            self.managed_ledger_default_ensemble_size,
+            self.managed_ledger_default_write_quorum,
+            self.managed_ledger_default_ack_quorum,
+            self.managed_ledger_default_mark_delete_rate_limit,
         )
 
     def managed_ledger_config(self) -> ManagedLedgerConfig:

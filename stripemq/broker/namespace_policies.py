@@ -30,6 +30,7 @@ from stripemq.broker.policies import (
     BacklogQuotaType,
     DispatchRate,
     InvalidPolicyError,
+    PersistencePolicies,
     Policies,
     PublishRate,
     RetentionPolicies,
@@ -99,6 +100,9 @@ class BrokerDefaults(Protocol):
     @property
     def limits(self) -> Mapping[Limit, int]: ...
 
+    @property
+    def persistence(self) -> PersistencePolicies | None: ...
+
 
 def _unlimited_quotas() -> dict[BacklogQuotaType, BacklogQuota]:
     return {kind: UNLIMITED_QUOTA for kind in BacklogQuotaType}
@@ -130,6 +134,9 @@ class EffectivePolicies:
     schema_validation_enforced: bool = False
     compaction_threshold_bytes: int = 0  # 0: never compacted for its backlog's size
     limits: Mapping[Limit, int] = field(default_factory=default_limits)
+    # The quorums and mark-delete rate of the topic's ledgers (None: the managed ledger's
+    # configuration, where no broker settings are given).
+    persistence: PersistencePolicies | None = None
 
     def limit(self, limit: Limit) -> int:
         """The limit the topic obeys (0: none)."""
@@ -205,6 +212,7 @@ def resolve(policies: Policies, defaults: BrokerDefaults, cluster: str) -> Effec
             else defaults.compaction_threshold_bytes
         ),
         limits={limit: policies.limits.get(limit, defaults.limits[limit]) for limit in Limit},
+        persistence=policies.persistence or defaults.persistence,
     )
 
 

@@ -6,7 +6,7 @@ names (``retention_policies``, ``message_ttl_in_seconds``, ``backlog_quota_map``
 ``deduplicationEnabled``, ``publishMaxMessageRate``, ``clusterDispatchRate``,
 ``subscriptionDispatchRate``, ``autoTopicCreationOverride``, ``bundles``,
 ``schema_compatibility_strategy``, ``is_allow_auto_update_schema``,
-``schema_validation_enforced``), so what
+``schema_validation_enforced``, ``persistence``, the ``max_*`` limits), so what
 ``GET /admin/v2/namespaces/{tenant}/{ns}`` answers is the stored document. Rates are kept
 per cluster, as Pulsar keeps them; a broker applies its own cluster's.
 
@@ -29,6 +29,7 @@ from stripemq.broker.ownership import DEFAULT_BUNDLES, FULL_RANGE
 from stripemq.broker.partitions import MAX_PARTITIONS
 from stripemq.broker.schema.types import CompatibilityStrategy
 from stripemq.errors import StripeMQError
+from stripemq.managed_ledger.config import LedgerPersistence
 from stripemq.topic_limits import Limit
 
 MAX_BUNDLES = 1024
@@ -156,6 +157,97 @@ class RetentionPolicies:
     @property
     def size_bytes(self) -> int:
         return -1 if self.retention_size_in_mb < 0 else self.retention_size_in_mb * 1024 * 1024
+
+
+class PolicyArgumentError(InvalidPolicyError):
+    """A policy Pulsar refuses with 400 Bad Request (its ``checkArgument``) rather than
+    412: persistence policies out of the broker's bounds."""
+
+
+@dataclass(frozen=True)
+class QuorumBounds:
+    """The largest quorums a namespace or topic may ask for (the broker's
+    ``managedLedgerMax*`` settings)."""
+
+    ensemble: int = 5
+    write_quorum: int = 5
+    ack_quorum: int = 5
+
+
+@dataclass(frozen=True)
+class PersistencePolicies:
+    """How a topic's ledgers are replicated (Pulsar's ``PersistencePolicies``): striped
+    over ``bookkeeper_ensemble`` bookies, each entry written to
+    ``bookkeeper_write_quorum`` and acknowledged by ``bookkeeper_ack_quorum`` of them;
+    cursors persist their position at most ``managed_ledger_max_mark_delete_rate``
+    times a second (0: whenever it moves)."""
+
+    bookkeeper_ensemble: int
+    bookkeeper_write_quorum: int
+    bookkeeper_ack_quorum: int
+    managed_ledger_max_mark_delete_rate: float = 0.0
+
+    @classmethod
+    def parse(cls, body: object, bounds: QuorumBounds) -> PersistencePolicies:
+        """A ``PersistencePolicies`` body, checked as Pulsar's
+        ``validatePersistencePolicies`` does (a field left out is 0, as Jackson leaves it,
+        and refused)."""
+        if not isinstance(body, Mapping):
+            raise PolicyArgumentError(
+                f"persistence must be a JSON object, not {type(body).__name__}"
+            )
+        ensemble = _int(body, "bookkeeperEnsemble", 0, low=-MAX_INT - 1)
+        write = _int(body, "bookkeeperWriteQuorum", 0, low=-MAX_INT - 1)
+        ack = _int(body, "bookkeeperAckQuorum", 0, low=-MAX_INT - 1)
+        rate = body.get("managedLedgerMaxMarkDeleteRate")
+        if rate is None:
+            rate = 0.0
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate != rate:
+            raise PolicyArgumentError(
+                f"managedLedgerMaxMarkDeleteRate must be a number, not {_shown(rate)}"
+            )
+        for name, value, most in (
+            ("Ensemble", ensemble, bounds.ensemble),
+            ("WriteQuorum", write, bounds.write_quorum),
+            ("AckQuorum", ack, bounds.ack_quorum),
+        ):
+            if not 0 < value <= most:
+                raise PolicyArgumentError(f"Bookkeeper-{name} must be <= {most} and > 0.")
+        if not ensemble >= write >= ack:
+            raise PolicyArgumentError(
+                f"Bookkeeper Ensemble ({ensemble}) >= WriteQuorum ({write}) >= AckQuorum ({ack})"
+            )
+        if rate < 0 or rate == float("inf"):
+            raise PolicyArgumentError("managedLedgerMaxMarkDeleteRate must be 0 or more")
+        return cls(ensemble, write, ack, float(rate))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "bookkeeperEnsemble": self.bookkeeper_ensemble,
+            "bookkeeperWriteQuorum": self.bookkeeper_write_quorum,
+            "bookkeeperAckQuorum": self.bookkeeper_ack_quorum,
+            "managedLedgerMaxMarkDeleteRate": self.managed_ledger_max_mark_delete_rate,
+        }
+
+    def for_ledgers(self) -> LedgerPersistence:
+        """In the managed ledger's terms: the mark-delete rate as the interval between
+        cursor snapshots (0 ms: no throttle)."""
+        rate = self.managed_ledger_max_mark_delete_rate
+        return LedgerPersistence(
+            self.bookkeeper_ensemble,
+            self.bookkeeper_write_quorum,
+            self.bookkeeper_ack_quorum,
+            int(1000 / rate) if rate > 0 else 0,
+        )
+
+
+# Any quorums some broker's bounds could have let an admin call store.
+UNBOUNDED_QUORUMS = QuorumBounds(MAX_INT, MAX_INT, MAX_INT)
+
+
+def stored_persistence(body: object) -> PersistencePolicies:
+    """Persistence policies as a stored document holds them."""
+    return PersistencePolicies.parse(body, UNBOUNDED_QUORUMS)
 
 
 class BacklogQuotaType(enum.Enum):
@@ -355,6 +447,7 @@ class Policies:
     # Producers, consumers, subscriptions, unacknowledged messages (``topic_limits``);
     # a limit missing here is the broker's.
     limits: Mapping[Limit, int] = field(default_factory=dict)
+    persistence: PersistencePolicies | None = None  # None: the broker's managedLedger*
     # Pulsar's auth_policies.namespace_auth: the actions (produce, consume...) granted to
     # each role on the namespace.
     namespace_auth: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -391,6 +484,7 @@ class Policies:
             "is_allow_auto_update_schema": self.is_allow_auto_update_schema,
             "schema_validation_enforced": self.schema_validation_enforced,
             "compaction_threshold": self.compaction_threshold,
+            "persistence": self.persistence.to_json() if self.persistence else None,
             **limits_to_json(self.limits, "namespace_field"),
             "deleted": False,
         }
@@ -416,7 +510,9 @@ class Policies:
         auto_update = doc.get("is_allow_auto_update_schema")
         enforced = doc.get("schema_validation_enforced")
         threshold = doc.get("compaction_threshold")
+        persistence = doc.get("persistence")
         return cls(
+            persistence=stored_persistence(persistence) if persistence is not None else None,
             compaction_threshold=(
                 parse_compaction_threshold(threshold) if threshold is not None else None
             ),

@@ -28,7 +28,13 @@ from stripemq.broker.partitions import (
     create_partitioned_topic,
     partition_count,
 )
-from stripemq.broker.policies import BacklogQuota, DispatchRate, Policies, PublishRate
+from stripemq.broker.policies import (
+    BacklogQuota,
+    DispatchRate,
+    PersistencePolicies,
+    Policies,
+    PublishRate,
+)
 from stripemq.broker.policy_tasks import PolicyChecks
 from stripemq.broker.schema import CompatibilityStrategy, SchemaRegistry
 from stripemq.broker.topic import PersistentTopic, TopicLifecycle
@@ -77,6 +83,7 @@ class TopicPolicies:
     compaction_retain_null_key: bool = False  # compaction keeps messages without a key
     compaction_threshold_bytes: int = 0  # backlog bytes that start a compaction (0: never)
     limits: Mapping[Limit, int] = field(default_factory=default_limits)  # 0: none
+    persistence: PersistencePolicies | None = None  # None: the managed ledgers' config
     # How often the TTL, backlog-quota and subscription-expiry checks run (0: never).
     message_expiry_check_interval_s: float = 300.0
     backlog_quota_check_interval_s: float = 60.0
@@ -321,7 +328,17 @@ class BrokerService:
 
     async def _open(self, topic_name: TopicName) -> PersistentTopic:
         await self._check_may_open(topic_name)
-        ml = await self.factory.open(topic_name.managed_ledger_name)
+        # Its namespace's and its own policies (retention, rates, deduplication...), kept
+        # up to date by the caches' watches from now on; read first, as the ledger the
+        # managed ledger opens with is written with their persistence.
+        namespace, key = topic_name.namespace_name, topic_policies_key(topic_name)
+        policies = await self.namespace_policies.get(namespace)
+        own = await self.topic_policies.get(key)
+        effective = self._resolve(policies, own)
+        ml = await self.factory.open(
+            topic_name.managed_ledger_name,
+            persistence=effective.persistence.for_ledgers() if effective.persistence else None,
+        )
         topic = PersistentTopic(
             topic_name,
             ml,
@@ -329,13 +346,8 @@ class BrokerService:
             schemas=self.schemas,
             compaction_retain_null_key=self.policies.compaction_retain_null_key,
         )
-        # Its namespace's policies (retention, rates, deduplication...), kept up to date by
-        # the cache's watch from now on.
-        namespace, key = topic_name.namespace_name, topic_policies_key(topic_name)
         try:
-            policies = await self.namespace_policies.get(namespace)
-            own = await self.topic_policies.get(key)
-            await topic.apply_policies(self._resolve(policies, own))
+            await topic.apply_policies(effective)
             await topic.wait_for_deduplication()
         except BaseException:
             with contextlib.suppress(StripeMQError):

@@ -1216,8 +1216,9 @@ class PersistentTopic:
         paused by the old publish rate resume, and are measured against the new one);
         deduplication is switched off at once, and on once its state is read back, in the
         background (``wait_for_deduplication``). TTL and backlog quotas are read by the
-        periodic checks and by the next producer. Changes are applied one at a time, in
-        the order they come."""
+        periodic checks and by the next producer; persistence by the next ledger (after a
+        rollover or an unload). Changes are applied one at a time, in the order they
+        come."""
         async with self._applying_policies:
             old_publish_rate = publish_rate(self.policies.publish_rate)
             self.policies = policies
@@ -1226,6 +1227,8 @@ class PersistentTopic:
                 self.ml.set_retention(None)
             else:
                 self.ml.set_retention(retention.time_s, retention.size_bytes)
+            persistence = policies.persistence
+            self.ml.set_persistence(persistence.for_ledgers() if persistence else None)
             new_publish_rate = publish_rate(policies.publish_rate)
             self.publish_limiter = limiter_for(self.publish_limiter, new_publish_rate)
             if new_publish_rate != old_publish_rate:

@@ -4,7 +4,8 @@ A topic's policies are one JSON document at ``/stripemq/topic-policies/<tenant>/
 (the partitioned topic's for a partition, so every partition obeys them), with the field
 names of Pulsar's ``TopicPolicies`` (``retentionPolicies``, ``messageTTLInSeconds``,
 ``backLogQuotaMap``, ``deduplicationEnabled``, ``publishRate``, ``dispatchRate``,
-``subscriptionDispatchRate``, ``schemaCompatibilityStrategy``, ``schemaValidationEnforced``).
+``subscriptionDispatchRate``, ``schemaCompatibilityStrategy``, ``schemaValidationEnforced``,
+``compactionThreshold``, ``persistence``, the limits).
 A policy the topic leaves unset is the namespace's, else the broker's (``over``). Pulsar
 keeps these in a system topic of the namespace (``__change_events``); here they are a node
 of the metadata store, watched by the broker serving the topic as namespace policies are.
@@ -29,6 +30,7 @@ from stripemq.broker.policies import (
     BacklogQuotaType,
     DispatchRate,
     InvalidPolicyError,
+    PersistencePolicies,
     Policies,
     PublishRate,
     RetentionPolicies,
@@ -39,6 +41,7 @@ from stripemq.broker.policies import (
     parse_compaction_threshold,
     parse_int,
     parse_schema_strategy,
+    stored_persistence,
 )
 from stripemq.broker.schema.types import CompatibilityStrategy
 from stripemq.errors import BadVersionError, NodeExistsError, NotFoundError
@@ -67,6 +70,7 @@ class TopicLevelPolicies:
     schema_validation_enforced: bool | None = None
     compaction_threshold: int | None = None
     limits: Mapping[Limit, int] = field(default_factory=dict)  # set ones only
+    persistence: PersistencePolicies | None = None
 
     def with_(self, **changes: Any) -> TopicLevelPolicies:
         return dataclasses.replace(self, **changes)
@@ -98,6 +102,8 @@ class TopicLevelPolicies:
             changes["schema_validation_enforced"] = self.schema_validation_enforced
         if self.compaction_threshold is not None:
             changes["compaction_threshold"] = self.compaction_threshold
+        if self.persistence is not None:
+            changes["persistence"] = self.persistence
         return namespace.with_(**changes)
 
     def to_json(self) -> dict[str, Any]:
@@ -123,6 +129,8 @@ class TopicLevelPolicies:
             doc["schemaValidationEnforced"] = self.schema_validation_enforced
         if self.compaction_threshold is not None:
             doc["compactionThreshold"] = self.compaction_threshold
+        if self.persistence is not None:
+            doc["persistence"] = self.persistence.to_json()
         doc.update(
             (field, value)
             for field, value in limits_to_json(self.limits, "topic_field").items()
@@ -161,6 +169,7 @@ class TopicLevelPolicies:
             ),
             compaction_threshold=optional("compactionThreshold", parse_compaction_threshold),
             limits=limits_from_json(doc, "topic_field"),
+            persistence=optional("persistence", stored_persistence),
         )
 
 

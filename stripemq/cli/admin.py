@@ -529,6 +529,28 @@ def _add_policy_commands(commands: Any, level: PolicyLevel) -> None:
         commands, "compaction-threshold", "compactionThreshold", "the compaction threshold", level
     )
 
+    persistence = make(
+        commands,
+        "set-persistence",
+        f"Set the persistence policies {of}: how its ledgers are replicated",
+        _ns_set_persistence,
+    )
+    for flags, dest, about in (
+        (("-e", "--bookkeeper-ensemble"), "ensemble", "bookies each ledger is striped over"),
+        (("-w", "--bookkeeper-write-quorum"), "write_quorum", "bookies each entry is written to"),
+        (("-a", "--bookkeeper-ack-quorum"), "ack_quorum", "bookies that must confirm an entry"),
+    ):
+        persistence.add_argument(*flags, dest=dest, type=int, required=True, help=about)
+    persistence.add_argument(
+        "-r",
+        "--ml-mark-delete-max-rate",
+        dest="mark_delete_rate",
+        type=float,
+        default=0.0,
+        help="times a second a cursor persists its position, at most (0: no throttle)",
+    )
+    _policy_get_remove(commands, "persistence", "persistence", "the persistence policies", level)
+
     dedup = make(
         commands, "set-deduplication", f"Enable or disable deduplication {of}", _ns_set_flag
     )
@@ -1356,6 +1378,17 @@ def _ns_set_publish_rate(args: argparse.Namespace, client: AdminClient) -> Any:
         "publishThrottlingRateInByte": args.byte_publish_rate,
     }
     client.post(f"{path}/publishRate", body=body)
+    return NOTHING
+
+
+def _ns_set_persistence(args: argparse.Namespace, client: AdminClient) -> Any:
+    body = {
+        "bookkeeperEnsemble": args.ensemble,
+        "bookkeeperWriteQuorum": args.write_quorum,
+        "bookkeeperAckQuorum": args.ack_quorum,
+        "managedLedgerMaxMarkDeleteRate": args.mark_delete_rate,
+    }
+    client.post(f"{_policy_path(args)}/persistence", body=body)
     return NOTHING
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from stripemq.config import setting
 from stripemq.errors import ConfigError
@@ -70,3 +70,36 @@ class ManagedLedgerConfig:
         if self.cache_size_bytes < 0 or self.max_entry_bytes < 1:
             raise ConfigError("cache_size_bytes >= 0 and max_entry_bytes >= 1")
         self.cursor.validate()
+
+
+@dataclass(frozen=True)
+class LedgerPersistence:
+    """How one managed ledger writes, over its configuration (Pulsar's persistence
+    policies): the quorums of the ledgers it creates from now on, and how often its
+    cursors persist their positions (0 ms: as soon as one moves)."""
+
+    ensemble_size: int
+    write_quorum_size: int
+    ack_quorum_size: int
+    mark_delete_interval_ms: int
+
+    def validate(self) -> None:
+        if not 1 <= self.ack_quorum_size <= self.write_quorum_size <= self.ensemble_size:
+            raise ConfigError("quorums need 1 <= ack <= write <= ensemble")
+        if self.mark_delete_interval_ms < 0:
+            raise ConfigError("mark_delete_interval_ms must be >= 0")
+
+    @classmethod
+    def of(cls, config: ManagedLedgerConfig) -> LedgerPersistence:
+        """What ``config`` itself says."""
+        return cls(
+            config.ensemble_size,
+            config.write_quorum_size,
+            config.ack_quorum_size,
+            config.cursor.snapshot_interval_ms,
+        )
+
+    def cursor_config(self, config: CursorConfig) -> CursorConfig:
+        """``config`` with this persistence's snapshot interval (the cursor ledgers' own
+        quorums stay the broker's, as Pulsar keeps them)."""
+        return replace(config, snapshot_interval_ms=self.mark_delete_interval_ms)

@@ -47,7 +47,7 @@ from stripemq.errors import (
     StripeMQError,
 )
 from stripemq.lifecycle import Transitions
-from stripemq.managed_ledger.config import ManagedLedgerConfig
+from stripemq.managed_ledger.config import LedgerPersistence, ManagedLedgerConfig
 from stripemq.managed_ledger.cursor.managed_cursor import (
     CursorEnvironment,
     CursorStats,
@@ -149,12 +149,19 @@ class ManagedLedgerFactory:
         self.ledgers: dict[str, ManagedLedger] = {}
         self.cache = EntryCacheManager(self.config.cache_size_bytes)  # one for all topics
 
-    async def open(self, name: str, *, create: bool = True) -> ManagedLedger:
-        """Open (taking it over from any previous owner), creating it if asked."""
+    async def open(
+        self, name: str, *, create: bool = True, persistence: LedgerPersistence | None = None
+    ) -> ManagedLedger:
+        """Open (taking it over from any previous owner), creating it if asked; its
+        ledgers are written with ``persistence`` (None: the configuration's)."""
         existing = self.ledgers.get(name)
         if existing is not None and not existing.closed:
+            if persistence is not None:
+                existing.set_persistence(persistence)
             return existing
         ml = ManagedLedger(name, self.store, self.bk, self.config, self.cache)
+        if persistence is not None:
+            ml.set_persistence(persistence)
         await ml.open(create=create)
         self.ledgers[name] = ml
         ml.on_close = lambda: self.ledgers.pop(name, None)
@@ -239,6 +246,7 @@ class ManagedLedger:
         self._housekeeping: asyncio.Task[None] | None = None
         # A retention of this ledger's own over the configured one (namespace policies).
         self._retention: tuple[float, int] | None = None
+        self.persistence = LedgerPersistence.of(config)  # see set_persistence
 
     # ------------------------------------------------------------------ opening
 
@@ -319,9 +327,9 @@ class ManagedLedger:
     async def _new_ledger(self) -> LedgerHandle:
         try:
             return await self.bk.create_ledger(
-                self.config.ensemble_size,
-                self.config.write_quorum_size,
-                self.config.ack_quorum_size,
+                self.persistence.ensemble_size,
+                self.persistence.write_quorum_size,
+                self.persistence.ack_quorum_size,
                 password=self.config.password,
                 custom_metadata={"component": "managed-ledger", "managed-ledger": self.name},
             )
@@ -759,6 +767,24 @@ class ManagedLedger:
         Applies from the next trim, which starts now."""
         self._retention = None if time_s is None else (time_s, size_bytes)
         self._schedule_trim()
+
+    def set_persistence(self, persistence: LedgerPersistence | None) -> None:
+        """Write with ``persistence`` from now on (None: the configuration's): the ledgers
+        created from here on have its quorums (the current one keeps its own, as
+        Pulsar's do until they roll over), and the cursors persist as often as it says."""
+        persistence = persistence or LedgerPersistence.of(self.config)
+        persistence.validate()
+        if persistence != self.persistence and self.lifecycle is ManagedLedgerLifecycle.OPEN:
+            log.info(
+                "managed ledger %s: new ledgers E%d/Qw%d/Qa%d, cursor snapshots every %d ms",
+                self.name,
+                persistence.ensemble_size,
+                persistence.write_quorum_size,
+                persistence.ack_quorum_size,
+                persistence.mark_delete_interval_ms,
+            )
+        self.persistence = persistence
+        self.cursor_env.config = persistence.cursor_config(self.config.cursor)
 
     @property
     def retention(self) -> tuple[float, int]:

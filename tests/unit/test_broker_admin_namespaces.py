@@ -706,3 +706,30 @@ async def test_each_limit_is_set_read_and_removed(admin: Admin, path: str, field
     assert (await admin.call("POST", url, True))[0] == 412
     assert (await admin.call("DELETE", url))[0] == 204
     assert await admin.call("GET", url) == (204, None)
+
+
+async def test_persistence_is_set_read_and_removed(admin: Admin) -> None:
+    """Pulsar's ``PersistencePolicies`` body; out of the broker's bounds (5 by default)
+    or out of order is a 400 with Pulsar's reason, and nothing is stored."""
+    url = f"{DEFAULT}/persistence"
+    body = {
+        "bookkeeperEnsemble": 3,
+        "bookkeeperWriteQuorum": 2,
+        "bookkeeperAckQuorum": 2,
+        "managedLedgerMaxMarkDeleteRate": 1.5,
+    }
+    assert await admin.call("GET", url) == (204, None)
+    assert (await admin.call("POST", url, body))[0] == 204
+    assert await admin.call("GET", url) == (200, body)
+    _, document = await admin.call("GET", DEFAULT)
+    assert document["persistence"] == body
+    status, refused = await admin.call("POST", url, {**body, "bookkeeperEnsemble": 6})
+    assert (status, refused["reason"]) == (400, "Bookkeeper-Ensemble must be <= 5 and > 0.")
+    status, refused = await admin.call("POST", url, {**body, "bookkeeperAckQuorum": 3})
+    assert (status, refused["reason"]) == (
+        400,
+        "Bookkeeper Ensemble (3) >= WriteQuorum (2) >= AckQuorum (3)",
+    )
+    assert await admin.call("GET", url) == (200, body)
+    assert (await admin.call("DELETE", url))[0] == 204
+    assert await admin.call("GET", url) == (204, None)

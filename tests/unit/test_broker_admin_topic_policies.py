@@ -262,3 +262,43 @@ async def test_limits_at_the_topic_level(app: App) -> None:
     assert (status, body["reason"]) == (412, "maxUnackedNum must be 0 or more")
     status, body = await app.call("POST", f"{TOPIC}/maxConsumers", "many")
     assert status == 412
+
+
+async def test_persistence_at_the_topic_level(app: App) -> None:
+    """Over the namespace's, else the broker's defaults (``-ap``); the serving broker's
+    managed ledger writes its next ledgers with it at once; bounds are the broker's."""
+    body = {
+        "bookkeeperEnsemble": 1,
+        "bookkeeperWriteQuorum": 1,
+        "bookkeeperAckQuorum": 1,
+        "managedLedgerMaxMarkDeleteRate": 0.0,
+    }
+    assert await app.call("GET", f"{TOPIC}/persistence?applied=true") == (
+        200,
+        {
+            "bookkeeperEnsemble": 2,
+            "bookkeeperWriteQuorum": 2,
+            "bookkeeperAckQuorum": 2,
+            "managedLedgerMaxMarkDeleteRate": 1.0,
+        },
+    )
+    namespace_body = {**body, "bookkeeperEnsemble": 3}
+    assert (await app.call("POST", f"{NS}/persistence", namespace_body))[0] == 204
+
+    async def applied_is_the_namespaces() -> bool:
+        return await app.call("GET", f"{TOPIC}/persistence?applied=true") == (200, namespace_body)
+
+    await until(applied_is_the_namespaces)
+    topic = await app.service.get_topic(NAME)
+    assert topic.ml.persistence.ensemble_size == 3
+    assert (await app.call("POST", f"{TOPIC}/persistence", body))[0] == 204
+    assert await app.call("GET", f"{TOPIC}/persistence") == (200, body)
+    assert (await own(app)).to_json() == {"persistence": body}
+    await until(lambda: topic.ml.persistence.ensemble_size == 1, "the topic's applies")
+    assert topic.ml.cursor_env.config.snapshot_interval_ms == 0
+    status, refused = await app.call(
+        "POST", f"{TOPIC}/persistence", {**body, "bookkeeperAckQuorum": 9}
+    )
+    assert (status, refused["reason"]) == (400, "Bookkeeper-AckQuorum must be <= 5 and > 0.")
+    assert (await app.call("DELETE", f"{TOPIC}/persistence"))[0] == 204
+    await until(lambda: topic.ml.persistence.ensemble_size == 3, "the namespace's applies again")

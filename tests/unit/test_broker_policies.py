@@ -14,8 +14,11 @@ from stripemq.broker.policies import (
     BacklogQuotaPolicy,
     DispatchRate,
     InvalidPolicyError,
+    PersistencePolicies,
     Policies,
+    PolicyArgumentError,
     PublishRate,
+    QuorumBounds,
     RetentionPolicies,
     TopicType,
     bundle_boundaries,
@@ -85,6 +88,7 @@ def test_documents_read_back_what_they_wrote() -> None:
         publish_rates={"east": PublishRate(5, -1)},
         dispatch_rates={"east": DispatchRate(7)},
         auto_topic_creation=AutoTopicCreationOverride(True, TopicType.PARTITIONED, 3),
+        persistence=PersistencePolicies(3, 2, 2, 0.5),
     )
     assert Policies.from_json(policies.to_json()) == policies
     assert (
@@ -109,3 +113,40 @@ def test_a_refused_value_is_shown_as_the_json_it_came_as() -> None:
         deep = [deep]
     with pytest.raises(InvalidPolicyError, match="nested too deeply"):
         parse_int(deep, "message TTL")
+
+
+def test_persistence_is_checked_as_pulsar_checks_it() -> None:
+    bounds = QuorumBounds(3, 3, 2)
+    body = {"bookkeeperEnsemble": 3, "bookkeeperWriteQuorum": 2, "bookkeeperAckQuorum": 2}
+    parsed = PersistencePolicies.parse(body, bounds)
+    assert parsed == PersistencePolicies(3, 2, 2, 0.0)  # the rate left out: no throttle
+    assert parsed.to_json() == {**body, "managedLedgerMaxMarkDeleteRate": 0.0}
+    ledgers = PersistencePolicies(3, 2, 1, 4.0).for_ledgers()
+    assert (ledgers.ensemble_size, ledgers.write_quorum_size, ledgers.ack_quorum_size) == (3, 2, 1)
+    assert ledgers.mark_delete_interval_ms == 250
+    assert parsed.for_ledgers().mark_delete_interval_ms == 0
+    refusals = [
+        ({**body, "bookkeeperEnsemble": 4}, "Bookkeeper-Ensemble must be <= 3 and > 0."),
+        ({}, "Bookkeeper-Ensemble must be <= 3 and > 0."),  # Jackson's 0
+        ({**body, "bookkeeperWriteQuorum": 0}, "Bookkeeper-WriteQuorum must be <= 3 and > 0."),
+        ({**body, "bookkeeperAckQuorum": 3}, "Bookkeeper-AckQuorum must be <= 2 and > 0."),
+        (
+            {**body, "bookkeeperWriteQuorum": 1},
+            "Bookkeeper Ensemble (3) >= WriteQuorum (1) >= AckQuorum (2)",
+        ),
+        (
+            {**body, "managedLedgerMaxMarkDeleteRate": -1},
+            "managedLedgerMaxMarkDeleteRate must be 0 or more",
+        ),
+    ]
+    for bad, reason in refusals:
+        with pytest.raises(PolicyArgumentError) as refused:
+            PersistencePolicies.parse(bad, bounds)
+        assert str(refused.value) == reason
+    for bad_type in (
+        [3, 2, 2],
+        {**body, "bookkeeperEnsemble": "3"},
+        {**body, "managedLedgerMaxMarkDeleteRate": "x"},
+    ):
+        with pytest.raises(InvalidPolicyError):
+            PersistencePolicies.parse(bad_type, bounds)

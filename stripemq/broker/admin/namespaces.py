@@ -30,7 +30,9 @@ minutes; 0: never), ``backlogQuota``
 (``?backlogQuotaType=destination_storage|message_age``; ``backlogQuotaMap`` lists them),
 ``deduplication`` (bare bool), ``publishRate``, ``dispatchRate``,
 ``subscriptionDispatchRate`` (rates are this broker's cluster's), ``autoTopicCreation``,
-``compactionThreshold`` (PUT bare bytes; 0: never compacted by size);
+``compactionThreshold`` (PUT bare bytes; 0: never compacted by size), ``persistence``
+(``PersistencePolicies``: quorums within the broker's ``managedLedgerMax*``, else 400),
+the limits (``maxProducersPerTopic``..., bare counts);
 for schemas ``schemaCompatibilityStrategy`` (PUT a strategy name; GET answers "UNDEFINED"
 while unset), ``isAllowAutoUpdateSchema`` (bare bool; GET answers the broker's while unset)
 and ``schemaValidationEnforced`` (bare bool; ``?applied=true`` counts the broker's too).
@@ -44,7 +46,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -86,8 +88,10 @@ from stripemq.broker.policies import (
     BacklogQuotaType,
     DispatchRate,
     InvalidPolicyError,
+    PersistencePolicies,
     Policies,
     PublishRate,
+    QuorumBounds,
     RetentionPolicies,
     TopicType,
     bundle_boundaries,
@@ -170,6 +174,7 @@ class PolicyScope:
     query: Mapping[str, str]
     allow_auto_update_schema: bool = True
     schema_validation_enforced: bool = False
+    quorum_bounds: QuorumBounds = field(default_factory=QuorumBounds)
 
 
 def retention_fits_quota(quota: BacklogQuota | None, retention: RetentionPolicies | None) -> bool:
@@ -380,6 +385,12 @@ POLICY_ENDPOINTS = (
         lambda p, body, s: p.with_(compaction_threshold=parse_compaction_threshold(body)),
         lambda p, s: p.with_(compaction_threshold=None),
         set_method="PUT",
+    ),
+    PolicyEndpoint(
+        "persistence",
+        lambda p, s: p.persistence.to_json() if p.persistence else None,
+        lambda p, body, s: p.with_(persistence=PersistencePolicies.parse(body, s.quorum_bounds)),
+        lambda p, s: p.with_(persistence=None),
     ),
     PolicyEndpoint(
         "autoTopicCreation",
@@ -773,6 +784,7 @@ def policy_scope(ctx: AdminContext, request: web.Request) -> PolicyScope:
         request.query,
         allow_auto_update_schema=config.is_allow_auto_update_schema_enabled,
         schema_validation_enforced=config.is_schema_validation_enforced,
+        quorum_bounds=config.quorum_bounds(),
     )
 
 

@@ -28,7 +28,7 @@ from aiohttp import web
 
 from stripemq.broker.namespaces import NamespaceNotFoundError
 from stripemq.broker.ownership import BrokerInfo, find_broker
-from stripemq.broker.policies import InvalidPolicyError
+from stripemq.broker.policies import InvalidPolicyError, PolicyArgumentError
 from stripemq.errors import (
     BadVersionError,
     BrokerError,
@@ -120,6 +120,8 @@ def status_of(exc: BaseException) -> int:
         return 409
     if isinstance(exc, BadVersionError):
         return 409  # changed by someone else meanwhile: read again and retry
+    if isinstance(exc, PolicyArgumentError):
+        return 400
     if isinstance(exc, (InvalidPolicyError, InvalidTopicNameError)):
         return 412
     if isinstance(exc, (BrokerError, StripeMQError)):

@@ -9,7 +9,9 @@ for ``schemaCompatibilityStrategy``; UNDEFINED unsets it) and DELETE:
 (``?backlogQuotaType=``; ``backlogQuotaMap`` lists them), ``deduplicationEnabled`` (bare
 bool), ``publishRate``, ``dispatchRate``, ``subscriptionDispatchRate``,
 ``schemaCompatibilityStrategy`` (a strategy name), ``schemaValidationEnforced`` (bare
-bool; GET answers ``false`` while unset) and ``compactionThreshold`` (bare bytes).
+bool; GET answers ``false`` while unset), ``compactionThreshold`` (bare bytes),
+``persistence`` (``PersistencePolicies``, quorums within the broker's ``managedLedgerMax*``,
+else 400) and the limits (``maxProducers``..., bare counts).
 ``isGlobal`` is taken and ignored: there is one scope, the cluster's. A change is
 validated before it is stored, by compare-and-set as namespace policies are, and the broker
 serving the topic applies it at once (``TopicPolicyCache``).
@@ -44,6 +46,7 @@ from stripemq.broker.policies import (
     BacklogQuotaType,
     DispatchRate,
     InvalidPolicyError,
+    PersistencePolicies,
     Policies,
     PublishRate,
     RetentionPolicies,
@@ -52,6 +55,7 @@ from stripemq.broker.policies import (
     parse_compaction_threshold,
     parse_int,
     parse_limit,
+    stored_persistence,
 )
 from stripemq.broker.topic_policies import (
     TopicLevelPolicies,
@@ -107,6 +111,9 @@ class TopicPolicyEndpoint:
     set_method: str = "POST"
     body_required: bool = True
     unset: object = None  # what GET answers while unset (None: 204)
+    # What a change body must also satisfy against the broker's settings (before
+    # anything is read or stored).
+    check: Callable[[object, BrokerConfig], object] | None = None
 
 
 def _applied_retention(policies: EffectivePolicies, config: BrokerConfig, query: Query) -> object:
@@ -116,6 +123,21 @@ def _applied_retention(policies: EffectivePolicies, config: BrokerConfig, query:
         "retentionTimeInMinutes": int(config.default_retention_time_in_minutes),
         "retentionSizeInMB": config.default_retention_size_in_mb,
     }
+
+
+def _applied_persistence(policies: EffectivePolicies, config: BrokerConfig, query: Query) -> object:
+    return (policies.persistence or config.default_persistence()).to_json()
+
+
+def _persistence_endpoint() -> TopicPolicyEndpoint:
+    """``persistence``: quorums within the broker's bounds (``check``, 400 otherwise)."""
+    return _field(
+        "persistence",
+        "persistence",
+        stored_persistence,
+        _applied_persistence,
+        check=lambda body, config: PersistencePolicies.parse(body, config.quorum_bounds()),
+    )
 
 
 def check_quotas_fit(own: Own, namespace: Policies, *, retention_changed: bool) -> None:
@@ -244,6 +266,7 @@ TOPIC_POLICY_ENDPOINTS = (
         parse_compaction_threshold,
         lambda p, c, q: p.compaction_threshold_bytes,
     ),
+    _persistence_endpoint(),
 )
 
 
@@ -297,6 +320,8 @@ def _add_policy_routes(
     async def change(request: web.Request) -> web.Response:
         topic = await resource.topic(request)
         body = await read_json(request, required=ep.body_required)
+        if ep.check is not None:
+            ep.check(body, resource.ctx.config)
         ep.set(TopicLevelPolicies(), body, request.query)  # refused before anything is read
         namespace, _ = await read_policies(resource.ctx.store, topic.namespace_name)
 

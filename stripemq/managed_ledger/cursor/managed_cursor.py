@@ -166,7 +166,6 @@ class ManagedCursor(CursorView):
         self.env = env
         self.store = env.store
         self.bk = env.bk
-        self.config = env.config
         self.state = state
         self.last_active_ms = now_ms()
         self.snapshots = 0
@@ -297,6 +296,12 @@ class ManagedCursor(CursorView):
         if properties is not None:
             self.state.properties = dict(properties)
         self._changed(before)
+
+    @property
+    def config(self) -> CursorConfig:
+        """The managed ledger's cursor settings as they are now (a namespace's persistence
+        policies change how often snapshots are written)."""
+        return self.env.config
 
     def reset(self, position: Position) -> None:
         self._check_open()
