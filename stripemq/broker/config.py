@@ -7,7 +7,12 @@ from dataclasses import dataclass, field
 
 from stripemq.bookie.client.config import ClientConfig
 from stripemq.broker.delayed_delivery import DEFAULT_TICK_MS
-from stripemq.broker.policies import BacklogQuotaPolicy, PersistencePolicies, QuorumBounds
+from stripemq.broker.policies import (
+    BacklogQuotaPolicy,
+    DelayedDeliveryPolicies,
+    PersistencePolicies,
+    QuorumBounds,
+)
 from stripemq.broker.schema.types import CompatibilityStrategy
 from stripemq.config import setting
 from stripemq.errors import ConfigError
@@ -43,6 +48,16 @@ class DelayedDeliveryConfig:
         "Due messages are released at most once per tick (late by up to a tick, never early).",
         pulsar_name="delayedDeliveryTickTimeMillis",
     )
+    max_delay_ms: int = setting(
+        0,
+        "A message asking to be delivered more than this long after it was published is "
+        "refused (0: any delay).",
+        pulsar_name="delayedDeliveryMaxDelayInMillis",
+    )
+
+    def as_policies(self) -> DelayedDeliveryPolicies:
+        """These settings as a namespace's policies would set them."""
+        return DelayedDeliveryPolicies(self.tick_ms, self.enabled, self.max_delay_ms)
 
 
 @dataclass
@@ -175,6 +190,12 @@ class BrokerConfig:
         "Due delayed messages are released at most once per tick: a message may come up to a "
         "tick late, never early.",
         pulsar_name="delayedDeliveryTickTimeMillis",
+    )
+    delayed_delivery_max_delay_in_millis: int = setting(
+        0,
+        "A producer asking for a message to be delivered more than this long after it was "
+        "published is refused, NotAllowed (0: any delay).",
+        pulsar_name="delayedDeliveryMaxDelayInMillis",
     )
 
     # Topic storage (managedLedger* settings).
@@ -524,6 +545,8 @@ class BrokerConfig:
             raise ConfigError("managed_ledger_default_mark_delete_rate_limit must be > 0")
         if self.delayed_delivery_tick_time_millis < 0:
             raise ConfigError("delayed_delivery_tick_time_millis must be >= 0")
+        if self.delayed_delivery_max_delay_in_millis < 0:
+            raise ConfigError("delayed_delivery_max_delay_in_millis must be >= 0")
         if self.authentication_refresh_check_seconds <= 0:
             raise ConfigError("authentication_refresh_check_seconds must be > 0")
         self._validate_policy_defaults()
@@ -600,6 +623,7 @@ class BrokerConfig:
         return DelayedDeliveryConfig(
             enabled=self.delayed_delivery_enabled,
             tick_ms=self.delayed_delivery_tick_time_millis,
+            max_delay_ms=self.delayed_delivery_max_delay_in_millis,
         )
 
     def quorum_bounds(self) -> QuorumBounds:

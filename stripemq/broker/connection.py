@@ -30,6 +30,7 @@ from google.protobuf.message import Message
 
 from stripemq.broker import limits
 from stripemq.broker.dedup import DupStatus
+from stripemq.broker.delayed_delivery import check_delivery_delay
 from stripemq.broker.dispatch import ConsumerSlot
 from stripemq.broker.schema import SchemaData, decode_version, encode_version, schema_id
 from stripemq.broker.security import BrokerSecurity
@@ -560,6 +561,7 @@ class ServerConnection:
         assert frame.entry is not None
         try:
             limits.check_send(frame.metadata)
+            check_delivery_delay(frame.metadata, producer.topic.delayed_delivery)
         except BrokerError as exc:
             return self._send_error(body, server_error_of(exc), str(exc))
         messages = limits.messages_in_send(body)  # bounded: one count for rates and stats

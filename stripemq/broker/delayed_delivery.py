@@ -19,15 +19,38 @@ entry may come up to one tick late when another release has just taken place.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from sortedcontainers import SortedList
 
+from stripemq.errors import BrokerError
 from stripemq.managed_ledger.position import Position
+from stripemq.proto import pulsar_api_pb2 as pb
+
+if TYPE_CHECKING:
+    from stripemq.broker.config import DelayedDeliveryConfig
 
 log = logging.getLogger(__name__)
 
 # Settings: ``DelayedDeliveryConfig`` in ``stripemq.broker.config``.
 DEFAULT_TICK_MS = 1000
+
+
+def check_delivery_delay(
+    metadata: pb.MessageMetadata | None, config: DelayedDeliveryConfig
+) -> None:
+    """Refuse a message asking to be delivered later after its publish time than the
+    topic allows (Pulsar's ``delayedDeliveryMaxDelayInMillis``, while delayed delivery is
+    on), with Pulsar's NotAllowed."""
+    most = config.max_delay_ms
+    if most <= 0 or not config.enabled or metadata is None:
+        return
+    if not metadata.HasField("deliver_at_time"):
+        return
+    if metadata.deliver_at_time - metadata.publish_time > most:
+        raise BrokerError(
+            pb.NotAllowedError, f"Exceeds max allowed delivery delay of {most} milliseconds"
+        )
 
 
 class DelayedDeliveryTracker:
@@ -73,6 +96,13 @@ class DelayedDeliveryTracker:
         self._queue.clear()
         self._deliver_at.clear()
         self._last_release_ms = None
+
+    def take_all(self) -> list[Position]:
+        """Every position held, in position order, and none held from now on (delayed
+        delivery was switched off: they go out now)."""
+        held = sorted(self._deliver_at)
+        self.clear()
+        return held
 
     def ready(self, now_ms: int) -> list[Position]:
         """Take out the positions due at ``now_ms``, in position order.

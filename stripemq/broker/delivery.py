@@ -109,6 +109,19 @@ class DeliveryState:
                 released += 1
         return released
 
+    def stop_delaying(self) -> int:
+        """No more delays: the entries held become replays now (first deliveries) and
+        later ones are delivered as they are read; returns how many were held."""
+        if self.delayed is None:
+            return 0
+        released = 0
+        for position in self.delayed.take_all():
+            if not self.is_acked(position):
+                self._add_replay(position, delivered=False)
+                released += 1
+        self.delayed = None
+        return released
+
     def _delays(self, entry: EntryInfo, now_ms: int | None) -> bool:
         """Whether ``entry`` is to wait in the tracker (it is put there if so)."""
         if self.delayed is None or entry.deliver_at_ms is None or now_ms is None:

@@ -28,6 +28,7 @@ from stripemq.broker.policies import (
     AutoTopicCreationOverride,
     BacklogQuota,
     BacklogQuotaType,
+    DelayedDeliveryPolicies,
     DispatchRate,
     InvalidPolicyError,
     PersistencePolicies,
@@ -103,6 +104,9 @@ class BrokerDefaults(Protocol):
     @property
     def persistence(self) -> PersistencePolicies | None: ...
 
+    @property
+    def delayed_delivery_policies(self) -> DelayedDeliveryPolicies: ...
+
 
 def _unlimited_quotas() -> dict[BacklogQuotaType, BacklogQuota]:
     return {kind: UNLIMITED_QUOTA for kind in BacklogQuotaType}
@@ -137,6 +141,8 @@ class EffectivePolicies:
     # The quorums and mark-delete rate of the topic's ledgers (None: the managed ledger's
     # configuration, where no broker settings are given).
     persistence: PersistencePolicies | None = None
+    # Whether and how messages are delayed (None: as the topic was made, in unit tests).
+    delayed_delivery: DelayedDeliveryPolicies | None = None
 
     def limit(self, limit: Limit) -> int:
         """The limit the topic obeys (0: none)."""
@@ -213,6 +219,7 @@ def resolve(policies: Policies, defaults: BrokerDefaults, cluster: str) -> Effec
         ),
         limits={limit: policies.limits.get(limit, defaults.limits[limit]) for limit in Limit},
         persistence=policies.persistence or defaults.persistence,
+        delayed_delivery=policies.delayed_delivery or defaults.delayed_delivery_policies,
     )
 
 

@@ -6,7 +6,8 @@ names (``retention_policies``, ``message_ttl_in_seconds``, ``backlog_quota_map``
 ``deduplicationEnabled``, ``publishMaxMessageRate``, ``clusterDispatchRate``,
 ``subscriptionDispatchRate``, ``autoTopicCreationOverride``, ``bundles``,
 ``schema_compatibility_strategy``, ``is_allow_auto_update_schema``,
-``schema_validation_enforced``, ``persistence``, the ``max_*`` limits), so what
+``schema_validation_enforced``, ``persistence``, ``delayed_delivery_policies``, the
+``max_*`` limits), so what
 ``GET /admin/v2/namespaces/{tenant}/{ns}`` answers is the stored document. Rates are kept
 per cluster, as Pulsar keeps them; a broker applies its own cluster's.
 
@@ -233,11 +234,13 @@ class PersistencePolicies:
         """In the managed ledger's terms: the mark-delete rate as the interval between
         cursor snapshots (0 ms: no throttle)."""
         rate = self.managed_ledger_max_mark_delete_rate
+        # A rate too small to mean anything is one snapshot every MAX_INT ms (24 days).
+        interval_ms = int(min(1000 / rate, MAX_INT)) if rate > 0 else 0
         return LedgerPersistence(
             self.bookkeeper_ensemble,
             self.bookkeeper_write_quorum,
             self.bookkeeper_ack_quorum,
-            int(1000 / rate) if rate > 0 else 0,
+            interval_ms,
         )
 
 
@@ -248,6 +251,36 @@ UNBOUNDED_QUORUMS = QuorumBounds(MAX_INT, MAX_INT, MAX_INT)
 def stored_persistence(body: object) -> PersistencePolicies:
     """Persistence policies as a stored document holds them."""
     return PersistencePolicies.parse(body, UNBOUNDED_QUORUMS)
+
+
+@dataclass(frozen=True)
+class DelayedDeliveryPolicies:
+    """Whether Shared and Key_Shared subscriptions hold messages back until their delivery
+    time (Pulsar's ``DelayedDeliveryPolicies``), how often due ones are released
+    (``tick_time``, ms), and the longest delay a producer may ask for
+    (``max_delivery_delay_in_millis``; 0: any)."""
+
+    tick_time: int = 1000
+    active: bool = True
+    max_delivery_delay_in_millis: int = 0
+
+    @classmethod
+    def parse(cls, body: object) -> DelayedDeliveryPolicies:
+        """A body as pulsar-admin sends it (a field left out: Jackson's 0 or false)."""
+        obj = _object(body, "delayed delivery policies")
+        active = obj.get("active")
+        return cls(
+            _int(obj, "tickTime", 0, low=0, high=MAX_LONG),
+            parse_bool(active if active is not None else False, "active"),
+            _int(obj, "maxDeliveryDelayInMillis", 0, low=0, high=MAX_LONG),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tickTime": self.tick_time,
+            "active": self.active,
+            "maxDeliveryDelayInMillis": self.max_delivery_delay_in_millis,
+        }
 
 
 class BacklogQuotaType(enum.Enum):
@@ -448,6 +481,7 @@ class Policies:
     # a limit missing here is the broker's.
     limits: Mapping[Limit, int] = field(default_factory=dict)
     persistence: PersistencePolicies | None = None  # None: the broker's managedLedger*
+    delayed_delivery: DelayedDeliveryPolicies | None = None  # None: the broker's settings
     # Pulsar's auth_policies.namespace_auth: the actions (produce, consume...) granted to
     # each role on the namespace.
     namespace_auth: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -485,6 +519,9 @@ class Policies:
             "schema_validation_enforced": self.schema_validation_enforced,
             "compaction_threshold": self.compaction_threshold,
             "persistence": self.persistence.to_json() if self.persistence else None,
+            "delayed_delivery_policies": (
+                self.delayed_delivery.to_json() if self.delayed_delivery else None
+            ),
             **limits_to_json(self.limits, "namespace_field"),
             "deleted": False,
         }
@@ -511,8 +548,12 @@ class Policies:
         enforced = doc.get("schema_validation_enforced")
         threshold = doc.get("compaction_threshold")
         persistence = doc.get("persistence")
+        delayed = doc.get("delayed_delivery_policies")
         return cls(
             persistence=stored_persistence(persistence) if persistence is not None else None,
+            delayed_delivery=(
+                DelayedDeliveryPolicies.parse(delayed) if delayed is not None else None
+            ),
             compaction_threshold=(
                 parse_compaction_threshold(threshold) if threshold is not None else None
             ),

@@ -30,6 +30,7 @@ from stripemq.broker.partitions import (
 )
 from stripemq.broker.policies import (
     BacklogQuota,
+    DelayedDeliveryPolicies,
     DispatchRate,
     PersistencePolicies,
     Policies,
@@ -84,6 +85,12 @@ class TopicPolicies:
     compaction_threshold_bytes: int = 0  # backlog bytes that start a compaction (0: never)
     limits: Mapping[Limit, int] = field(default_factory=default_limits)  # 0: none
     persistence: PersistencePolicies | None = None  # None: the managed ledgers' config
+
+    @property
+    def delayed_delivery_policies(self) -> DelayedDeliveryPolicies:
+        """The broker's delayed delivery, as a namespace's policies would set it."""
+        return self.delayed_delivery.as_policies()
+
     # How often the TTL, backlog-quota and subscription-expiry checks run (0: never).
     message_expiry_check_interval_s: float = 300.0
     backlog_quota_check_interval_s: float = 60.0

@@ -323,11 +323,33 @@ class Subscription:
         return self.topic.policies.limit(Limit.MAX_UNACKED_PER_CONSUMER)
 
     def policies_changed(self) -> None:
-        """The topic's policies changed: its consumers' unacked limit, and a dispatch that
-        waits on a rate or a limit looks again."""
+        """The topic's policies changed: its consumers' unacked limit, its delayed
+        delivery, and a dispatch that waits on a rate or a limit looks again."""
         for consumer in self.consumers.values():
             consumer.slot.max_unacked = self._consumer_unacked_limit()
+        self._delayed_delivery_changed()
         self.wake()
+
+    def _delayed_delivery_changed(self) -> None:
+        """Switched off: what is held goes out now. Switched on: entries read from now on
+        wait for their time. A new tick applies to the next release."""
+        config = self.topic.delayed_delivery
+        wanted = config.enabled and self.sub_type in DELAYING_TYPES
+        tracker = self.delivery.delayed
+        if tracker is not None and not wanted:
+            released = self.delivery.stop_delaying()
+            self._cancel_delayed_timer()
+            log.info(
+                "subscription %s on %s: delayed delivery off, %d held entries go out now",
+                self.name,
+                self.topic.name,
+                released,
+            )
+        elif tracker is None and wanted:
+            self.delivery.delayed = DelayedDeliveryTracker(config.tick_ms)
+        elif tracker is not None and tracker.tick_ms != config.tick_ms:
+            tracker.tick_ms = config.tick_ms
+            self._schedule_delayed_timer()
 
     @property
     def blocked_on_unacked(self) -> bool:
@@ -1229,6 +1251,11 @@ class PersistentTopic:
                 self.ml.set_retention(retention.time_s, retention.size_bytes)
             persistence = policies.persistence
             self.ml.set_persistence(persistence.for_ledgers() if persistence else None)
+            delayed = policies.delayed_delivery
+            if delayed is not None:  # read by each subscription's policies_changed
+                self.delayed_delivery = DelayedDeliveryConfig(
+                    delayed.active, delayed.tick_time, delayed.max_delivery_delay_in_millis
+                )
             new_publish_rate = publish_rate(policies.publish_rate)
             self.publish_limiter = limiter_for(self.publish_limiter, new_publish_rate)
             if new_publish_rate != old_publish_rate:

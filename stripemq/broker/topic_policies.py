@@ -5,7 +5,7 @@ A topic's policies are one JSON document at ``/stripemq/topic-policies/<tenant>/
 names of Pulsar's ``TopicPolicies`` (``retentionPolicies``, ``messageTTLInSeconds``,
 ``backLogQuotaMap``, ``deduplicationEnabled``, ``publishRate``, ``dispatchRate``,
 ``subscriptionDispatchRate``, ``schemaCompatibilityStrategy``, ``schemaValidationEnforced``,
-``compactionThreshold``, ``persistence``, the limits).
+``compactionThreshold``, ``persistence``, ``delayedDelivery*``, the limits).
 A policy the topic leaves unset is the namespace's, else the broker's (``over``). Pulsar
 keeps these in a system topic of the namespace (``__change_events``); here they are a node
 of the metadata store, watched by the broker serving the topic as namespace policies are.
@@ -28,6 +28,7 @@ from stripemq.broker.namespaces import TOPIC_POLICIES, encode_doc, read_doc
 from stripemq.broker.policies import (
     BacklogQuota,
     BacklogQuotaType,
+    DelayedDeliveryPolicies,
     DispatchRate,
     InvalidPolicyError,
     PersistencePolicies,
@@ -71,6 +72,7 @@ class TopicLevelPolicies:
     compaction_threshold: int | None = None
     limits: Mapping[Limit, int] = field(default_factory=dict)  # set ones only
     persistence: PersistencePolicies | None = None
+    delayed_delivery: DelayedDeliveryPolicies | None = None
 
     def with_(self, **changes: Any) -> TopicLevelPolicies:
         return dataclasses.replace(self, **changes)
@@ -104,6 +106,8 @@ class TopicLevelPolicies:
             changes["compaction_threshold"] = self.compaction_threshold
         if self.persistence is not None:
             changes["persistence"] = self.persistence
+        if self.delayed_delivery is not None:
+            changes["delayed_delivery"] = self.delayed_delivery
         return namespace.with_(**changes)
 
     def to_json(self) -> dict[str, Any]:
@@ -131,6 +135,12 @@ class TopicLevelPolicies:
             doc["compactionThreshold"] = self.compaction_threshold
         if self.persistence is not None:
             doc["persistence"] = self.persistence.to_json()
+        if self.delayed_delivery is not None:  # three fields, as Pulsar's TopicPolicies
+            doc["delayedDeliveryEnabled"] = self.delayed_delivery.active
+            doc["delayedDeliveryTickTimeMillis"] = self.delayed_delivery.tick_time
+            doc["delayedDeliveryMaxDelayInMillis"] = (
+                self.delayed_delivery.max_delivery_delay_in_millis
+            )
         doc.update(
             (field, value)
             for field, value in limits_to_json(self.limits, "topic_field").items()
@@ -170,7 +180,20 @@ class TopicLevelPolicies:
             compaction_threshold=optional("compactionThreshold", parse_compaction_threshold),
             limits=limits_from_json(doc, "topic_field"),
             persistence=optional("persistence", stored_persistence),
+            delayed_delivery=_delayed_delivery_from(doc),
         )
+
+
+def _delayed_delivery_from(doc: Mapping[str, Any]) -> DelayedDeliveryPolicies | None:
+    """A topic's delayed delivery from its three TopicPolicies fields (none set: None)."""
+    fields = {
+        "active": doc.get("delayedDeliveryEnabled"),
+        "tickTime": doc.get("delayedDeliveryTickTimeMillis"),
+        "maxDeliveryDelayInMillis": doc.get("delayedDeliveryMaxDelayInMillis"),
+    }
+    if all(value is None for value in fields.values()):
+        return None
+    return DelayedDeliveryPolicies.parse(fields)
 
 
 def topic_strategy(body: object) -> CompatibilityStrategy | None:

@@ -540,7 +540,7 @@ def _add_policy_commands(commands: Any, level: PolicyLevel) -> None:
         (("-w", "--bookkeeper-write-quorum"), "write_quorum", "bookies each entry is written to"),
         (("-a", "--bookkeeper-ack-quorum"), "ack_quorum", "bookies that must confirm an entry"),
     ):
-        persistence.add_argument(*flags, dest=dest, type=int, required=True, help=about)
+        persistence.add_argument(*flags, dest=dest, type=int, default=2, help=f"{about} (2)")
     persistence.add_argument(
         "-r",
         "--ml-mark-delete-max-rate",
@@ -550,6 +550,30 @@ def _add_policy_commands(commands: Any, level: PolicyLevel) -> None:
         help="times a second a cursor persists its position, at most (0: no throttle)",
     )
     _policy_get_remove(commands, "persistence", "persistence", "the persistence policies", level)
+
+    delayed = make(
+        commands,
+        "set-delayed-delivery",
+        f"Set the delayed delivery policy {of}",
+        _ns_set_delayed_delivery,
+    )
+    _enable_disable(delayed, "delayed delivery")
+    delayed.add_argument(
+        "-t",
+        "--time",
+        default="1s",
+        help="tick time: how often due messages are released (1s, 10s, 1m; default 1s)",
+    )
+    delayed.add_argument(
+        "-md",
+        "--maxDelay",
+        dest="max_delay",
+        default="0",
+        help="the longest delay a producer may ask for (10m, 3h, 2d; 0: any)",
+    )
+    _policy_get_remove(
+        commands, "delayed-delivery", "delayedDelivery", "the delayed delivery policy", level
+    )
 
     dedup = make(
         commands, "set-deduplication", f"Enable or disable deduplication {of}", _ns_set_flag
@@ -1381,7 +1405,26 @@ def _ns_set_publish_rate(args: argparse.Namespace, client: AdminClient) -> Any:
     return NOTHING
 
 
+def _ns_set_delayed_delivery(args: argparse.Namespace, client: AdminClient) -> Any:
+    body = {
+        "active": _enabled(args),
+        "tickTime": parse_relative_millis(args.time),
+        "maxDeliveryDelayInMillis": parse_relative_millis(args.max_delay),
+    }
+    client.post(f"{_policy_path(args)}/delayedDelivery", body=body)
+    return NOTHING
+
+
 def _ns_set_persistence(args: argparse.Namespace, client: AdminClient) -> Any:
+    for flag, value in (
+        ("--bookkeeper-ensemble", args.ensemble),
+        ("--bookkeeper-write-quorum", args.write_quorum),
+        ("--bookkeeper-ack-quorum", args.ack_quorum),
+    ):
+        if value <= 0:
+            raise ArgumentFormatError(f"{flag} must be greater than 0")
+    if not args.mark_delete_rate >= 0:  # NaN too
+        raise ArgumentFormatError("--ml-mark-delete-max-rate cannot be less than 0")
     body = {
         "bookkeeperEnsemble": args.ensemble,
         "bookkeeperWriteQuorum": args.write_quorum,

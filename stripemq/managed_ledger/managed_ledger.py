@@ -156,8 +156,7 @@ class ManagedLedgerFactory:
         ledgers are written with ``persistence`` (None: the configuration's)."""
         existing = self.ledgers.get(name)
         if existing is not None and not existing.closed:
-            if persistence is not None:
-                existing.set_persistence(persistence)
+            existing.set_persistence(persistence)
             return existing
         ml = ManagedLedger(name, self.store, self.bk, self.config, self.cache)
         if persistence is not None:
@@ -783,8 +782,14 @@ class ManagedLedger:
                 persistence.ack_quorum_size,
                 persistence.mark_delete_interval_ms,
             )
+        interval_changed = (
+            persistence.mark_delete_interval_ms != self.persistence.mark_delete_interval_ms
+        )
         self.persistence = persistence
         self.cursor_env.config = persistence.cursor_config(self.config.cursor)
+        if interval_changed:
+            for cursor in self.cursors.values():
+                cursor.snapshot_interval_changed()
 
     @property
     def retention(self) -> tuple[float, int]:

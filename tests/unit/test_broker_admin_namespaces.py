@@ -733,3 +733,17 @@ async def test_persistence_is_set_read_and_removed(admin: Admin) -> None:
     assert await admin.call("GET", url) == (200, body)
     assert (await admin.call("DELETE", url))[0] == 204
     assert await admin.call("GET", url) == (204, None)
+
+
+async def test_delayed_delivery_is_set_read_and_removed(admin: Admin) -> None:
+    url = f"{DEFAULT}/delayedDelivery"
+    body = {"tickTime": 500, "active": False, "maxDeliveryDelayInMillis": 60_000}
+    assert await admin.call("GET", url) == (204, None)
+    assert (await admin.call("POST", url, body))[0] == 204
+    assert await admin.call("GET", url) == (200, body)
+    _, document = await admin.call("GET", DEFAULT)
+    assert document["delayed_delivery_policies"] == body
+    status, refused = await admin.call("POST", url, {**body, "tickTime": -1})
+    assert status == 412 and "tickTime" in refused["reason"]
+    assert (await admin.call("DELETE", url))[0] == 204
+    assert await admin.call("GET", url) == (204, None)

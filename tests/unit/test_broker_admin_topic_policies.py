@@ -302,3 +302,29 @@ async def test_persistence_at_the_topic_level(app: App) -> None:
     assert (status, refused["reason"]) == (400, "Bookkeeper-AckQuorum must be <= 5 and > 0.")
     assert (await app.call("DELETE", f"{TOPIC}/persistence"))[0] == 204
     await until(lambda: topic.ml.persistence.ensemble_size == 3, "the namespace's applies again")
+
+
+async def test_delayed_delivery_at_the_topic_level(app: App) -> None:
+    """Stored as TopicPolicies' three fields, applied over the namespace's and the
+    broker's (on, a second's tick, no maximum), and obeyed by the serving broker."""
+    url = f"{TOPIC}/delayedDelivery"
+    assert await app.call("GET", f"{url}?applied=true") == (
+        200,
+        {"tickTime": 1000, "active": True, "maxDeliveryDelayInMillis": 0},
+    )
+    topic = await app.service.get_topic(NAME)
+    body = {"tickTime": 100, "active": False, "maxDeliveryDelayInMillis": 5000}
+    assert (await app.call("POST", url, body))[0] == 204
+    assert await app.call("GET", url) == (200, body)
+    assert (await own(app)).to_json() == {
+        "delayedDeliveryEnabled": False,
+        "delayedDeliveryTickTimeMillis": 100,
+        "delayedDeliveryMaxDelayInMillis": 5000,
+    }
+    await until(lambda: not topic.delayed_delivery.enabled, "the topic's applies")
+    assert (topic.delayed_delivery.tick_ms, topic.delayed_delivery.max_delay_ms) == (100, 5000)
+    namespace_body = {"tickTime": 300, "active": True, "maxDeliveryDelayInMillis": 0}
+    assert (await app.call("POST", f"{NS}/delayedDelivery", namespace_body))[0] == 204
+    assert (await app.call("DELETE", url))[0] == 204
+    await until(lambda: topic.delayed_delivery.tick_ms == 300, "the namespace's applies")
+    assert await app.call("GET", f"{url}?applied=true") == (200, namespace_body)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
+from stripemq.broker.config import DelayedDeliveryConfig
 from stripemq.broker.connection import ServerConnection
 from stripemq.broker.rate_limiter import Rate, RateLimiter
 from stripemq.broker.service import BrokerService
@@ -62,6 +63,7 @@ class Topic:
         self.dedup = None
         self.stats = TopicCounters()
         self.topic_name = TopicName.parse("t")
+        self.delayed_delivery = DelayedDeliveryConfig()
 
     def publish(self, entry: bytes) -> asyncio.Future[Position]:
         stored: asyncio.Future[Position] = asyncio.get_running_loop().create_future()

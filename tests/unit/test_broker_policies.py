@@ -12,6 +12,7 @@ from stripemq.broker.policies import (
     AutoTopicCreationOverride,
     BacklogQuota,
     BacklogQuotaPolicy,
+    DelayedDeliveryPolicies,
     DispatchRate,
     InvalidPolicyError,
     PersistencePolicies,
@@ -89,6 +90,7 @@ def test_documents_read_back_what_they_wrote() -> None:
         dispatch_rates={"east": DispatchRate(7)},
         auto_topic_creation=AutoTopicCreationOverride(True, TopicType.PARTITIONED, 3),
         persistence=PersistencePolicies(3, 2, 2, 0.5),
+        delayed_delivery=DelayedDeliveryPolicies(500, False, 60_000),
     )
     assert Policies.from_json(policies.to_json()) == policies
     assert (
@@ -125,6 +127,8 @@ def test_persistence_is_checked_as_pulsar_checks_it() -> None:
     assert (ledgers.ensemble_size, ledgers.write_quorum_size, ledgers.ack_quorum_size) == (3, 2, 1)
     assert ledgers.mark_delete_interval_ms == 250
     assert parsed.for_ledgers().mark_delete_interval_ms == 0
+    tiny = PersistencePolicies(1, 1, 1, 1e-310).for_ledgers()
+    assert tiny.mark_delete_interval_ms == 2**31 - 1  # no overflow
     refusals = [
         ({**body, "bookkeeperEnsemble": 4}, "Bookkeeper-Ensemble must be <= 3 and > 0."),
         ({}, "Bookkeeper-Ensemble must be <= 3 and > 0."),  # Jackson's 0
@@ -150,3 +154,13 @@ def test_persistence_is_checked_as_pulsar_checks_it() -> None:
     ):
         with pytest.raises(InvalidPolicyError):
             PersistencePolicies.parse(bad_type, bounds)
+
+
+def test_delayed_delivery_policies_take_pulsars_fields() -> None:
+    body = {"tickTime": 250, "active": True, "maxDeliveryDelayInMillis": 10_000}
+    assert DelayedDeliveryPolicies.parse(body) == DelayedDeliveryPolicies(250, True, 10_000)
+    assert DelayedDeliveryPolicies.parse(body).to_json() == body
+    assert DelayedDeliveryPolicies.parse({}) == DelayedDeliveryPolicies(0, False, 0)
+    for bad in ({"tickTime": -1}, {"active": "yes"}, {"maxDeliveryDelayInMillis": -5}, [1]):
+        with pytest.raises(InvalidPolicyError):
+            DelayedDeliveryPolicies.parse(bad)

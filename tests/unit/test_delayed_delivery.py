@@ -10,14 +10,14 @@ from dataclasses import dataclass, field
 import pytest
 
 from stripemq.broker.config import BrokerConfig, DelayedDeliveryConfig
-from stripemq.broker.delayed_delivery import DelayedDeliveryTracker
+from stripemq.broker.delayed_delivery import DelayedDeliveryTracker, check_delivery_delay
 from stripemq.broker.delivery import DeliveryState, EntryInfo
 from stripemq.broker.dispatch import ConsumerSlot, Dispatcher, RoundRobinDispatcher
 from stripemq.broker.key_shared import KeySharedDispatcher
 from stripemq.broker.namespace_policies import EffectivePolicies
 from stripemq.broker.topic import Consumer, Subscription, entry_info
 from stripemq.clock import now_ms
-from stripemq.errors import ConfigError
+from stripemq.errors import BrokerError, ConfigError
 from stripemq.managed_ledger.cursor.non_durable import NonDurableCursor
 from stripemq.managed_ledger.ledger_chain import LedgerChain, LedgerInfo
 from stripemq.managed_ledger.managed_ledger import Entry
@@ -437,3 +437,57 @@ async def test_a_dispatch_round_flushes_each_connection_after_its_messages() -> 
         assert {e for e in shared.log if e != "flush"} == {"message 1", "message 2"}
     finally:
         await subscription.close()
+
+
+async def test_switching_delays_off_sends_what_is_held_and_on_holds_again() -> None:
+    """A namespace policy changes a live subscription: off, the held entries go out at
+    once; on again, entries read from then on wait for their time."""
+    ml = MemoryLedger()
+    topic = FakeTopic(ml, DelayedDeliveryConfig(enabled=True, tick_ms=20))
+    cursor = NonDurableCursor("sub", ml.chain, Position(1, -1))
+    subscription = Subscription(topic, cursor, pb.CommandSubscribe.Shared)  # type: ignore[arg-type]
+    inbox = Inbox()
+    consumer = Consumer(ConsumerSlot(1, "c"), inbox, subscription)
+    subscription.add_consumer(consumer)
+    subscription.flow(consumer, 100)
+    ml.append(message("held", now_ms() + 60_000))
+    try:
+        await until(
+            lambda: (
+                subscription.delivery.delayed is not None
+                and len(subscription.delivery.delayed) == 1
+            ),
+            "held",
+        )
+        assert inbox.received == []
+        topic.delayed_delivery = DelayedDeliveryConfig(enabled=False)
+        subscription.policies_changed()
+        await until(lambda: len(inbox.received) == 1, "the held entry went out", timeout=5)
+        assert subscription.delivery.delayed is None
+        topic.delayed_delivery = DelayedDeliveryConfig(enabled=True, tick_ms=5)
+        subscription.policies_changed()
+        assert subscription.delivery.delayed is not None
+        assert subscription.delivery.delayed.tick_ms == 5
+        ml.append(message("later", now_ms() + 60_000))
+        await until(lambda: len(subscription.delivery.delayed or ()) == 1, "held again")
+        assert len(inbox.received) == 1
+        topic.delayed_delivery = DelayedDeliveryConfig(enabled=True, tick_ms=50)
+        subscription.policies_changed()
+        assert subscription.delivery.delayed.tick_ms == 50  # the same tracker, a new tick
+    finally:
+        await subscription.close()
+
+
+def test_a_delay_past_the_maximum_is_refused() -> None:
+    metadata = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1_000)
+    limited = DelayedDeliveryConfig(enabled=True, max_delay_ms=5_000)
+    check_delivery_delay(metadata, limited)  # no delivery time: nothing to check
+    metadata.deliver_at_time = 6_000
+    check_delivery_delay(metadata, limited)  # exactly the maximum
+    metadata.deliver_at_time = 6_001
+    with pytest.raises(BrokerError) as refused:
+        check_delivery_delay(metadata, limited)
+    assert refused.value.server_error == pb.NotAllowedError
+    assert str(refused.value) == "Exceeds max allowed delivery delay of 5000 milliseconds"
+    check_delivery_delay(metadata, DelayedDeliveryConfig(enabled=True))  # 0: any delay
+    check_delivery_delay(metadata, DelayedDeliveryConfig(enabled=False, max_delay_ms=5_000))

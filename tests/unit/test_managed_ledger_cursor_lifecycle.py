@@ -203,3 +203,17 @@ def test_the_transition_table() -> None:
     assert t.targets(C.CLOSED) == frozenset()
     assert all(C.CLOSED in t.targets(s) for s in C if s is not C.CLOSED)
     assert not any(t.allows(s, C.OPEN) for s in C if s is not C.OPEN)
+
+
+async def test_a_new_snapshot_interval_times_a_waiting_snapshot(store: MetadataStore) -> None:
+    """An ack waiting on a minute's interval is persisted soon after the interval becomes
+    0 (a namespace's persistence policies set no mark-delete throttle)."""
+    bk = FakeBookKeeper()
+    cursor = await new_cursor(store, bk)
+    cursor.ack([Position(LEDGER, 0)])
+    await asyncio.sleep(0.05)
+    assert cursor.persisted_mark_delete == Position(LEDGER, -1)  # waiting on 60 s
+    cursor.env.config = CursorConfig(snapshot_interval_ms=0)
+    cursor.snapshot_interval_changed()
+    await until(lambda: cursor.persisted_mark_delete == Position(LEDGER, 0), "persisted")
+    await cursor.close()

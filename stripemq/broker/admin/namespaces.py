@@ -32,6 +32,8 @@ minutes; 0: never), ``backlogQuota``
 ``subscriptionDispatchRate`` (rates are this broker's cluster's), ``autoTopicCreation``,
 ``compactionThreshold`` (PUT bare bytes; 0: never compacted by size), ``persistence``
 (``PersistencePolicies``: quorums within the broker's ``managedLedgerMax*``, else 400),
+``delayedDelivery`` (``DelayedDeliveryPolicies``: ``tickTime``, ``active``,
+``maxDeliveryDelayInMillis``),
 the limits (``maxProducersPerTopic``..., bare counts);
 for schemas ``schemaCompatibilityStrategy`` (PUT a strategy name; GET answers "UNDEFINED"
 while unset), ``isAllowAutoUpdateSchema`` (bare bool; GET answers the broker's while unset)
@@ -86,6 +88,7 @@ from stripemq.broker.policies import (
     AutoTopicCreationOverride,
     BacklogQuota,
     BacklogQuotaType,
+    DelayedDeliveryPolicies,
     DispatchRate,
     InvalidPolicyError,
     PersistencePolicies,
@@ -391,6 +394,12 @@ POLICY_ENDPOINTS = (
         lambda p, s: p.persistence.to_json() if p.persistence else None,
         lambda p, body, s: p.with_(persistence=PersistencePolicies.parse(body, s.quorum_bounds)),
         lambda p, s: p.with_(persistence=None),
+    ),
+    PolicyEndpoint(
+        "delayedDelivery",
+        lambda p, s: p.delayed_delivery.to_json() if p.delayed_delivery else None,
+        lambda p, body, s: p.with_(delayed_delivery=DelayedDeliveryPolicies.parse(body)),
+        lambda p, s: p.with_(delayed_delivery=None),
     ),
     PolicyEndpoint(
         "autoTopicCreation",

@@ -11,7 +11,8 @@ bool), ``publishRate``, ``dispatchRate``, ``subscriptionDispatchRate``,
 ``schemaCompatibilityStrategy`` (a strategy name), ``schemaValidationEnforced`` (bare
 bool; GET answers ``false`` while unset), ``compactionThreshold`` (bare bytes),
 ``persistence`` (``PersistencePolicies``, quorums within the broker's ``managedLedgerMax*``,
-else 400) and the limits (``maxProducers``..., bare counts).
+else 400), ``delayedDelivery`` (``DelayedDeliveryPolicies``) and the limits
+(``maxProducers``..., bare counts).
 ``isGlobal`` is taken and ignored: there is one scope, the cluster's. A change is
 validated before it is stored, by compare-and-set as namespace policies are, and the broker
 serving the topic applies it at once (``TopicPolicyCache``).
@@ -44,6 +45,7 @@ from stripemq.broker.partitions import partition_count
 from stripemq.broker.policies import (
     BacklogQuota,
     BacklogQuotaType,
+    DelayedDeliveryPolicies,
     DispatchRate,
     InvalidPolicyError,
     PersistencePolicies,
@@ -267,6 +269,12 @@ TOPIC_POLICY_ENDPOINTS = (
         lambda p, c, q: p.compaction_threshold_bytes,
     ),
     _persistence_endpoint(),
+    _field(
+        "delayedDelivery",
+        "delayed_delivery",
+        DelayedDeliveryPolicies.parse,
+        lambda p, c, q: (p.delayed_delivery or c.delayed_delivery_config().as_policies()).to_json(),
+    ),
 )
 
 

@@ -333,6 +333,14 @@ class ManagedCursor(CursorView):
             delay = max(0.0, (self.config.snapshot_interval_ms - elapsed_ms) / 1000)
             self._timer = asyncio.get_running_loop().call_later(delay, self._start_flush)
 
+    def snapshot_interval_changed(self) -> None:
+        """The managed ledger's snapshot interval changed: a snapshot waiting on the old one
+        is timed by the new one."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+            self._changed(self.state.mark_delete)
+
     def _start_flush(self) -> None:
         self._timer = None
         live = self.lifecycle in (_C.OPEN, _C.FENCED) and self._close_task is None
