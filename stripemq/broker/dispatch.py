@@ -19,21 +19,29 @@ _slot_ids = itertools.count()
 
 class PendingAcks(MutableMapping[Position, int]):
     """Entries handed to a consumer and not acknowledged (position -> messages in the
-    entry), with the messages they hold kept as a running total."""
+    entry), with the messages still unacknowledged in them kept as a running total: a
+    batch counts whole until some of its messages are acknowledged (``set_unacked``)."""
 
     def __init__(self) -> None:
         self._entries: dict[Position, int] = {}
+        self._unacked: dict[Position, int] = {}  # partly acknowledged batches only
         self.messages = 0
+
+    def _held(self, position: Position) -> int:
+        return self._unacked.get(position, self._entries.get(position, 0))
 
     def __getitem__(self, position: Position) -> int:
         return self._entries[position]
 
     def __setitem__(self, position: Position, messages: int) -> None:
-        self.messages += messages - self._entries.get(position, 0)
+        self.messages += messages - self._held(position)
+        self._unacked.pop(position, None)
         self._entries[position] = messages
 
     def __delitem__(self, position: Position) -> None:
-        self.messages -= self._entries.pop(position)
+        self.messages -= self._held(position)
+        self._unacked.pop(position, None)
+        del self._entries[position]
 
     def __iter__(self) -> Iterator[Position]:
         return iter(self._entries)
@@ -49,17 +57,31 @@ class PendingAcks(MutableMapping[Position, int]):
 
     def pop(self, position: Position, *default: int | None) -> int | None:  # type: ignore[override]
         """As ``dict.pop``: ``KeyError`` for an entry it does not hold unless given a
-        default."""
+        default. Answers the entry's size."""
         if position not in self._entries:
             if default:
                 return default[0]
             raise KeyError(position)
-        messages = self._entries.pop(position)
-        self.messages -= messages
-        return messages
+        size = self._entries[position]
+        del self[position]
+        return size
+
+    def set_unacked(self, position: Position, messages: int) -> None:
+        """Of the batch entry at ``position`` (if held), only ``messages`` are still
+        unacknowledged (Pulsar counts batch-index acks at once); its size stays."""
+        size = self._entries.get(position)
+        if size is None:
+            return
+        messages = max(0, min(messages, size))
+        self.messages += messages - self._held(position)
+        if messages == size:
+            self._unacked.pop(position, None)
+        else:
+            self._unacked[position] = messages
 
     def clear(self) -> None:
         self._entries.clear()
+        self._unacked.clear()
         self.messages = 0
 
 

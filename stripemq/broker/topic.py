@@ -435,6 +435,8 @@ class Subscription:
             done_indexes = self._acked_indexes(message_id.ack_set, size)
             if self.cursor.ack_batch(position, done_indexes, size):
                 whole.append(position)
+            else:
+                self._count_unacked_in_batch(consumer.slot, position)
         self.cursor.ack(whole)
         self.delivery.acknowledged(consumer.slot, whole)
         self.stats.acknowledged(consumer.stats, len(positions))
@@ -458,8 +460,8 @@ class Subscription:
                 return
             done_indexes = self._acked_indexes(message_id.ack_set, size)
             self.cursor.ack_cumulative(position, BatchAck([], size))  # what precedes it
-            if done_indexes:
-                self.cursor.ack_batch(position, done_indexes, size)
+            if done_indexes and not self.cursor.ack_batch(position, done_indexes, size):
+                self._count_unacked_in_batch(consumer.slot, position)
         done = [
             p
             for p in consumer.slot.pending
@@ -467,6 +469,13 @@ class Subscription:
         ]
         self.delivery.acknowledged(consumer.slot, done)
         self._wake.set()
+
+    def _count_unacked_in_batch(self, slot: ConsumerSlot, position: Position) -> None:
+        """A consumer holding a partly acknowledged batch holds only what is left of it
+        (for its unacked limit and stats, as Pulsar counts batch-index acks)."""
+        bits = self.cursor.state.ack_set(position)
+        if bits is not None:
+            slot.pending.set_unacked(position, bits.count())
 
     def _batch_size(
         self, consumer: Consumer, message_id: pb.MessageIdData, position: Position
@@ -896,6 +905,8 @@ class Subscription:
                 unacked = self._acknowledge_compacted_out(position, data[position], unacked)
             ack_set = words_of(unacked) if unacked is not None else None
             consumer = self.consumers[delivery.slot.slot_id]
+            if unacked is not None:  # what is left of the batch is what it holds
+                delivery.slot.pending.set_unacked(position, sum(unacked))
             messages = delivery.slot.pending.get(position, 1)
             self.stats.dispatched(consumer.stats, messages, len(data[position]))
             consumer.sink.send_message(

@@ -20,6 +20,7 @@ from stripemq.managed_ledger.managed_ledger import ManagedLedger
 from stripemq.managed_ledger.position import Position
 from stripemq.metadata import MetadataStore
 from stripemq.proto import pulsar_api_pb2 as pb
+from stripemq.proto.ack_set import words_of
 from stripemq.proto.frames import encode_entry
 from stripemq.proto.initial_position import InitialPosition
 from stripemq.proto.topic_name import TopicName
@@ -52,6 +53,23 @@ def test_pending_acks_keep_the_messages_they_hold() -> None:
     pending[at(2)] = 3
     pending.clear()
     assert pending.messages == 0 and at(2) not in pending
+
+
+def test_a_partly_acknowledged_batch_holds_what_is_left_of_it() -> None:
+    pending = PendingAcks()
+    pending[at(0)] = 10
+    pending[at(1)] = 1
+    pending.set_unacked(at(0), 4)  # six of ten acknowledged by batch index
+    assert pending.messages == 5 and pending[at(0)] == 10  # its size stays
+    pending.set_unacked(at(0), 99)  # never more than the batch
+    assert pending.messages == 11
+    pending.set_unacked(at(0), 2)
+    pending.set_unacked(at(7), 1)  # not held: nothing
+    assert pending.pop(at(0)) == 10 and pending.messages == 1
+    pending[at(2)] = 5
+    pending.set_unacked(at(2), 0)
+    pending[at(2)] = 5  # handed out again: whole again
+    assert pending.messages == 6
 
 
 def test_a_consumer_is_blocked_at_its_limit_until_it_holds_half() -> None:
@@ -220,6 +238,41 @@ async def test_a_shared_consumer_gets_nothing_more_at_its_unacked_limit(
     assert consumer_stats(sub, consumer)["blockedConsumerOnUnackedMsgs"] is True
     await topic.apply_policies(EffectivePolicies(limits={**default_limits()}))  # 50,000
     await until(lambda: len(sink.sent) == 10, "the rest, once the limit is raised")
+    await topic.close()
+
+
+def batch(i: int, size: int) -> bytes:
+    metadata = pb.MessageMetadata(
+        producer_name="p", sequence_id=i, publish_time=1, num_messages_in_batch=size
+    )
+    return encode_entry(metadata, b"batch payload")
+
+
+async def test_batch_index_acks_count_towards_unblocking(store: MetadataStore) -> None:
+    """A consumer blocked by two batches of four (limit 8) is free again once it has
+    acknowledged half of their messages by batch index, as on Pulsar."""
+    topic = await live_topic(store, max_unacked_per_consumer=8)
+    for i in range(3):
+        await topic.publish(batch(i, 4))
+    sub = await topic.subscribe("s", SubType.Shared, EARLIEST)
+    sink = Recording()
+    consumer = consumer_of(sub, 1, sink)
+    sub.flow(consumer, 100)
+    await until(lambda: len(sink.sent) == 2, "two batches delivered")
+    assert consumer_stats(sub, consumer)["unackedMessages"] == 8
+
+    def some_of(message_id: pb.MessageIdData, acked: int) -> pb.MessageIdData:
+        partial = pb.MessageIdData()
+        partial.CopyFrom(message_id)
+        partial.ack_set.extend(words_of([i >= acked for i in range(4)]))
+        partial.batch_size = 4
+        return partial
+
+    acked(sub, consumer, [some_of(sink.sent[0], 3)])  # five held: still blocked
+    await until(lambda: consumer.stats.acks.count == 1, "acked")
+    assert consumer_stats(sub, consumer)["unackedMessages"] == 5 and len(sink.sent) == 2
+    acked(sub, consumer, [some_of(sink.sent[1], 1)])  # four: half, the third batch comes
+    await until(lambda: len(sink.sent) == 3, "the third batch")
     await topic.close()
 
 
