@@ -14,7 +14,13 @@ from stripemq.bookie.bookie_client import BookieCalls
 from stripemq.bookie.client import BookKeeper
 from stripemq.broker.admin.rest import AdminContext
 from stripemq.broker.config import BrokerConfig
-from stripemq.broker.policies import BacklogQuota, BacklogQuotaPolicy, DispatchRate, PublishRate
+from stripemq.broker.policies import (
+    BacklogQuota,
+    BacklogQuotaPolicy,
+    DispatchRate,
+    PublishRate,
+    parse_subscription_types,
+)
 from stripemq.broker.schema import CompatibilityStrategy
 from stripemq.broker.security import BrokerSecurity
 from stripemq.broker.server import BrokerServer
@@ -91,6 +97,7 @@ def topic_policies(config: BrokerConfig) -> TopicPolicies:
         compaction_check_interval_s=config.broker_service_compaction_monitor_interval_in_seconds,
         limits=broker_limits(config),
         persistence=config.default_persistence(),
+        subscription_types_enabled=parse_subscription_types(config.subscription_types_enabled),
     )
 
 

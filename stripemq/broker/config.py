@@ -10,8 +10,10 @@ from stripemq.broker.delayed_delivery import DEFAULT_TICK_MS
 from stripemq.broker.policies import (
     BacklogQuotaPolicy,
     DelayedDeliveryPolicies,
+    InvalidPolicyError,
     PersistencePolicies,
     QuorumBounds,
+    parse_subscription_types,
 )
 from stripemq.broker.schema.types import CompatibilityStrategy
 from stripemq.config import setting
@@ -19,6 +21,7 @@ from stripemq.errors import ConfigError
 from stripemq.managed_ledger.config import ManagedLedgerConfig
 from stripemq.managed_ledger.cursor.config import CursorConfig
 from stripemq.proto.frames import FRAME_PADDING
+from stripemq.subscription_types import SUBSCRIPTION_TYPES
 from stripemq.topic_limits import Limit
 
 MiB = 1024 * 1024
@@ -450,6 +453,14 @@ class BrokerConfig:
         "Needs authentication_enabled.",
         pulsar_name="authorizationEnabled",
     )
+    subscription_types_enabled: list[str] = field(
+        default_factory=lambda: list(SUBSCRIPTION_TYPES),
+        metadata={
+            "doc": "Subscription types consumers may subscribe with (comma-separated), where "
+            "a namespace or topic enables none of its own.",
+            "pulsar_name": "subscriptionTypesEnabled",
+        },
+    )
     super_user_roles: list[str] = field(
         default_factory=list,
         metadata={
@@ -549,6 +560,10 @@ class BrokerConfig:
             raise ConfigError("delayed_delivery_max_delay_in_millis must be >= 0")
         if self.authentication_refresh_check_seconds <= 0:
             raise ConfigError("authentication_refresh_check_seconds must be > 0")
+        try:
+            parse_subscription_types(self.subscription_types_enabled)
+        except InvalidPolicyError as exc:
+            raise ConfigError(f"subscription_types_enabled: {exc}") from None
         self._validate_policy_defaults()
         self._validate_tls()
         self.managed_ledger_config().validate()

@@ -763,6 +763,7 @@ class ServerConnection:
         meta = body.keySharedMeta if body.HasField("keySharedMeta") else None
         sticky = meta is not None and meta.keySharedMode == pb.STICKY
         ranges = [(r.start, r.end) for r in meta.hashRanges] if meta is not None else None
+        topic.check_subscription_type(body.subType)
         if body.read_compacted and body.subType not in COMPACTED_READ_TYPES:
             raise BrokerError(
                 pb.NotAllowedError,

@@ -42,6 +42,7 @@ from stripemq.broker.schema.types import CompatibilityStrategy
 from stripemq.errors import MetadataError
 from stripemq.metadata import EventType, MetadataStore, WatchEvent, WatchHandle
 from stripemq.retry import Backoff
+from stripemq.subscription_types import SUBSCRIPTION_TYPES
 from stripemq.topic_limits import Limit, default_limits
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,9 @@ class BrokerDefaults(Protocol):
     @property
     def delayed_delivery_policies(self) -> DelayedDeliveryPolicies: ...
 
+    @property
+    def subscription_types_enabled(self) -> tuple[str, ...]: ...
+
 
 def _unlimited_quotas() -> dict[BacklogQuotaType, BacklogQuota]:
     return {kind: UNLIMITED_QUOTA for kind in BacklogQuotaType}
@@ -143,6 +147,7 @@ class EffectivePolicies:
     persistence: PersistencePolicies | None = None
     # Whether and how messages are delayed (None: as the topic was made, in unit tests).
     delayed_delivery: DelayedDeliveryPolicies | None = None
+    subscription_types_enabled: tuple[str, ...] = SUBSCRIPTION_TYPES  # Pulsar's names
 
     def limit(self, limit: Limit) -> int:
         """The limit the topic obeys (0: none)."""
@@ -220,6 +225,9 @@ def resolve(policies: Policies, defaults: BrokerDefaults, cluster: str) -> Effec
         limits={limit: policies.limits.get(limit, defaults.limits[limit]) for limit in Limit},
         persistence=policies.persistence or defaults.persistence,
         delayed_delivery=policies.delayed_delivery or defaults.delayed_delivery_policies,
+        subscription_types_enabled=(
+            policies.subscription_types_enabled or defaults.subscription_types_enabled
+        ),
     )
 
 

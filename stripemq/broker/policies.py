@@ -6,8 +6,8 @@ names (``retention_policies``, ``message_ttl_in_seconds``, ``backlog_quota_map``
 ``deduplicationEnabled``, ``publishMaxMessageRate``, ``clusterDispatchRate``,
 ``subscriptionDispatchRate``, ``autoTopicCreationOverride``, ``bundles``,
 ``schema_compatibility_strategy``, ``is_allow_auto_update_schema``,
-``schema_validation_enforced``, ``persistence``, ``delayed_delivery_policies``, the
-``max_*`` limits), so what
+``schema_validation_enforced``, ``persistence``, ``delayed_delivery_policies``,
+``subscription_types_enabled``, the ``max_*`` limits), so what
 ``GET /admin/v2/namespaces/{tenant}/{ns}`` answers is the stored document. Rates are kept
 per cluster, as Pulsar keeps them; a broker applies its own cluster's.
 
@@ -31,6 +31,7 @@ from stripemq.broker.partitions import MAX_PARTITIONS
 from stripemq.broker.schema.types import CompatibilityStrategy
 from stripemq.errors import StripeMQError
 from stripemq.managed_ledger.config import LedgerPersistence
+from stripemq.subscription_types import SUBSCRIPTION_TYPES, subscription_type_named
 from stripemq.topic_limits import Limit
 
 MAX_BUNDLES = 1024
@@ -283,6 +284,24 @@ class DelayedDeliveryPolicies:
         }
 
 
+def parse_subscription_types(
+    body: object, what: str = "subscriptionTypesEnabled"
+) -> tuple[str, ...]:
+    """A list of subscription type names (any case), in Pulsar's spelling, each once."""
+    if not isinstance(body, list) or not all(isinstance(name, str) for name in body):
+        raise InvalidPolicyError(f"{what} must be a list of subscription types, not {_shown(body)}")
+    chosen: list[str] = []
+    for name in body:
+        proper = subscription_type_named(name)
+        if proper is None:
+            raise InvalidPolicyError(
+                f"Invalid subscription type {name!r}: one of {', '.join(SUBSCRIPTION_TYPES)}"
+            )
+        if proper not in chosen:
+            chosen.append(proper)
+    return tuple(chosen)
+
+
 class BacklogQuotaType(enum.Enum):
     """What a backlog quota limits: the backlog's bytes, or its oldest message's age."""
 
@@ -482,6 +501,7 @@ class Policies:
     limits: Mapping[Limit, int] = field(default_factory=dict)
     persistence: PersistencePolicies | None = None  # None: the broker's managedLedger*
     delayed_delivery: DelayedDeliveryPolicies | None = None  # None: the broker's settings
+    subscription_types_enabled: tuple[str, ...] = ()  # (): the broker's setting
     # Pulsar's auth_policies.namespace_auth: the actions (produce, consume...) granted to
     # each role on the namespace.
     namespace_auth: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -519,6 +539,7 @@ class Policies:
             "schema_validation_enforced": self.schema_validation_enforced,
             "compaction_threshold": self.compaction_threshold,
             "persistence": self.persistence.to_json() if self.persistence else None,
+            "subscription_types_enabled": list(self.subscription_types_enabled),
             "delayed_delivery_policies": (
                 self.delayed_delivery.to_json() if self.delayed_delivery else None
             ),
@@ -549,7 +570,9 @@ class Policies:
         threshold = doc.get("compaction_threshold")
         persistence = doc.get("persistence")
         delayed = doc.get("delayed_delivery_policies")
+        types = doc.get("subscription_types_enabled")
         return cls(
+            subscription_types_enabled=parse_subscription_types(types) if types else (),
             persistence=stored_persistence(persistence) if persistence is not None else None,
             delayed_delivery=(
                 DelayedDeliveryPolicies.parse(delayed) if delayed is not None else None

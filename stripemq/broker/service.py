@@ -52,6 +52,7 @@ from stripemq.managed_ledger.managed_ledger import ManagedLedgerFactory
 from stripemq.metadata import MetadataStore
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.topic_name import TopicName
+from stripemq.subscription_types import SUBSCRIPTION_TYPES
 from stripemq.topic_limits import Limit, default_limits
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ class TopicPolicies:
     compaction_threshold_bytes: int = 0  # backlog bytes that start a compaction (0: never)
     limits: Mapping[Limit, int] = field(default_factory=default_limits)  # 0: none
     persistence: PersistencePolicies | None = None  # None: the managed ledgers' config
+    subscription_types_enabled: tuple[str, ...] = SUBSCRIPTION_TYPES
 
     @property
     def delayed_delivery_policies(self) -> DelayedDeliveryPolicies:

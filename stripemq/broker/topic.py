@@ -1422,6 +1422,15 @@ class PersistentTopic:
             subscription.take_type(sub_type, sticky)  # same cursor, same counts
             return subscription
 
+    def check_subscription_type(self, sub_type: int) -> None:
+        """Raises ``BrokerError(NotAllowedError)`` for a type its policies do not enable
+        (Pulsar's subscriptionTypesEnabled, readers included)."""
+        name = SubType.Name(sub_type)
+        if name not in self.policies.subscription_types_enabled:
+            raise BrokerError(
+                pb.NotAllowedError, f"Topic[{{{self.name}}}] doesn't support {name} sub type!"
+            )
+
     def _check_room_for_a_subscription(self) -> None:
         """Raises ``BrokerError(NotAllowedError)`` when the topic has as many subscriptions
         as maxSubscriptionsPerTopic lets it (the broker's own cursors do not count)."""

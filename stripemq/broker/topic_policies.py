@@ -5,7 +5,8 @@ A topic's policies are one JSON document at ``/stripemq/topic-policies/<tenant>/
 names of Pulsar's ``TopicPolicies`` (``retentionPolicies``, ``messageTTLInSeconds``,
 ``backLogQuotaMap``, ``deduplicationEnabled``, ``publishRate``, ``dispatchRate``,
 ``subscriptionDispatchRate``, ``schemaCompatibilityStrategy``, ``schemaValidationEnforced``,
-``compactionThreshold``, ``persistence``, ``delayedDelivery*``, the limits).
+``compactionThreshold``, ``persistence``, ``delayedDelivery*``,
+``subscriptionTypesEnabled``, the limits).
 A policy the topic leaves unset is the namespace's, else the broker's (``over``). Pulsar
 keeps these in a system topic of the namespace (``__change_events``); here they are a node
 of the metadata store, watched by the broker serving the topic as namespace policies are.
@@ -42,6 +43,7 @@ from stripemq.broker.policies import (
     parse_compaction_threshold,
     parse_int,
     parse_schema_strategy,
+    parse_subscription_types,
     stored_persistence,
 )
 from stripemq.broker.schema.types import CompatibilityStrategy
@@ -73,6 +75,7 @@ class TopicLevelPolicies:
     limits: Mapping[Limit, int] = field(default_factory=dict)  # set ones only
     persistence: PersistencePolicies | None = None
     delayed_delivery: DelayedDeliveryPolicies | None = None
+    subscription_types_enabled: tuple[str, ...] | None = None
 
     def with_(self, **changes: Any) -> TopicLevelPolicies:
         return dataclasses.replace(self, **changes)
@@ -108,6 +111,8 @@ class TopicLevelPolicies:
             changes["persistence"] = self.persistence
         if self.delayed_delivery is not None:
             changes["delayed_delivery"] = self.delayed_delivery
+        if self.subscription_types_enabled:
+            changes["subscription_types_enabled"] = self.subscription_types_enabled
         return namespace.with_(**changes)
 
     def to_json(self) -> dict[str, Any]:
@@ -135,6 +140,8 @@ class TopicLevelPolicies:
             doc["compactionThreshold"] = self.compaction_threshold
         if self.persistence is not None:
             doc["persistence"] = self.persistence.to_json()
+        if self.subscription_types_enabled is not None:
+            doc["subscriptionTypesEnabled"] = list(self.subscription_types_enabled)
         if self.delayed_delivery is not None:  # three fields, as Pulsar's TopicPolicies
             doc["delayedDeliveryEnabled"] = self.delayed_delivery.active
             doc["delayedDeliveryTickTimeMillis"] = self.delayed_delivery.tick_time
@@ -181,6 +188,9 @@ class TopicLevelPolicies:
             limits=limits_from_json(doc, "topic_field"),
             persistence=optional("persistence", stored_persistence),
             delayed_delivery=_delayed_delivery_from(doc),
+            subscription_types_enabled=optional(
+                "subscriptionTypesEnabled", parse_subscription_types
+            ),
         )
 
 

@@ -53,6 +53,7 @@ from stripemq.cli.security_options import add_security_options
 from stripemq.clock import now_ms
 from stripemq.errors import InvalidConfigurationError
 from stripemq.proto.topic_name import TopicName
+from stripemq.subscription_types import SUBSCRIPTION_TYPES, subscription_type_named
 from stripemq.topic_limits import Limit
 
 DEFAULT_ADMIN_URL = "http://127.0.0.1:8080"
@@ -550,6 +551,26 @@ def _add_policy_commands(commands: Any, level: PolicyLevel) -> None:
         help="times a second a cursor persists its position, at most (0: no throttle)",
     )
     _policy_get_remove(commands, "persistence", "persistence", "the persistence policies", level)
+
+    types = make(
+        commands,
+        "set-subscription-types-enabled",
+        f"Set the subscription types consumers may use {of}",
+        _ns_set_subscription_types,
+    )
+    types.add_argument(
+        "-t",
+        "--types",
+        required=True,
+        help="comma-separated: " + ", ".join(SUBSCRIPTION_TYPES),
+    )
+    _policy_get_remove(
+        commands,
+        "subscription-types-enabled",
+        "subscriptionTypesEnabled",
+        "the subscription types enabled",
+        level,
+    )
 
     delayed = make(
         commands,
@@ -1402,6 +1423,20 @@ def _ns_set_publish_rate(args: argparse.Namespace, client: AdminClient) -> Any:
         "publishThrottlingRateInByte": args.byte_publish_rate,
     }
     client.post(f"{path}/publishRate", body=body)
+    return NOTHING
+
+
+def _ns_set_subscription_types(args: argparse.Namespace, client: AdminClient) -> Any:
+    chosen = []
+    for raw in args.types.split(","):
+        name = subscription_type_named(raw)
+        if name is None:
+            raise ArgumentFormatError(
+                f"Illegal subscription type {raw.strip()}. Possible values: "
+                f"{', '.join(SUBSCRIPTION_TYPES)}"
+            )
+        chosen.append(name)
+    client.post(f"{_policy_path(args)}/subscriptionTypesEnabled", body=chosen)
     return NOTHING
 
 

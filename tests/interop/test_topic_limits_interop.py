@@ -104,3 +104,23 @@ def test_refused_readers_leave_no_subscription_behind(
             client.create_reader(topic, pulsar.MessageId.earliest)
     path = "/admin/v2/persistent/" + topic.removeprefix("persistent://") + "/subscriptions"
     assert rest(standalone.web_url, "GET", path)[1] == ["only"]
+
+
+def test_a_subscription_type_the_topic_does_not_enable_is_refused(
+    standalone: StandaloneProcess, client: pulsar.Client, topic: str
+) -> None:
+    base = "/admin/v2/persistent/" + topic.removeprefix("persistent://")
+    path = f"{base}/subscriptionTypesEnabled"
+    assert rest(standalone.web_url, "POST", path, ["Shared"])[0] == 204
+
+    def exclusive_refused() -> bool:  # once the serving broker has applied it
+        try:
+            client.subscribe(topic, "solo", consumer_type=pulsar.ConsumerType.Exclusive).close()
+        except pulsar.NotAllowedError:
+            return True
+        return False
+
+    until_blocking(exclusive_refused, timeout=10)
+    client.subscribe(topic, "team", consumer_type=pulsar.ConsumerType.Shared).close()
+    assert rest(standalone.web_url, "DELETE", path)[0] == 204
+    until_blocking(lambda: not exclusive_refused(), timeout=10)

@@ -747,3 +747,16 @@ async def test_delayed_delivery_is_set_read_and_removed(admin: Admin) -> None:
     assert status == 412 and "tickTime" in refused["reason"]
     assert (await admin.call("DELETE", url))[0] == 204
     assert await admin.call("GET", url) == (204, None)
+
+
+async def test_subscription_types_enabled_are_set_read_and_removed(admin: Admin) -> None:
+    url = f"{DEFAULT}/subscriptionTypesEnabled"
+    assert await admin.call("GET", url) == (200, [])  # unset: the broker's apply
+    assert (await admin.call("POST", url, ["shared", "Key_Shared", "Shared"]))[0] == 204
+    assert await admin.call("GET", url) == (200, ["Shared", "Key_Shared"])
+    _, document = await admin.call("GET", DEFAULT)
+    assert document["subscription_types_enabled"] == ["Shared", "Key_Shared"]
+    assert (await admin.call("POST", url, ["Broadcast"]))[0] == 412
+    assert (await admin.call("POST", url, "Shared"))[0] == 412
+    assert (await admin.call("DELETE", url))[0] == 204
+    assert await admin.call("GET", url) == (200, [])

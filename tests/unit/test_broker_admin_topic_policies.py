@@ -17,7 +17,9 @@ from stripemq.broker.topic_policies import (
     read_topic_policies,
     topic_policies_key,
 )
+from stripemq.errors import BrokerError
 from stripemq.metadata import MetadataStore
+from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.topic_name import TopicName
 from stripemq.testing.polling import until
 
@@ -328,3 +330,27 @@ async def test_delayed_delivery_at_the_topic_level(app: App) -> None:
     assert (await app.call("DELETE", url))[0] == 204
     await until(lambda: topic.delayed_delivery.tick_ms == 300, "the namespace's applies")
     assert await app.call("GET", f"{url}?applied=true") == (200, namespace_body)
+
+
+async def test_subscription_types_at_the_topic_level(app: App) -> None:
+    """Over the namespace's, else the broker's (all four); a consumer of a type the topic
+    does not enable is refused NotAllowed with Pulsar's reason."""
+    url = f"{TOPIC}/subscriptionTypesEnabled"
+    everything = ["Exclusive", "Shared", "Failover", "Key_Shared"]
+    assert await app.call("GET", f"{url}?applied=true") == (200, everything)
+    topic = await app.service.get_topic(NAME)
+    topic.check_subscription_type(pb.CommandSubscribe.Exclusive)
+    assert (await app.call("POST", f"{NS}/subscriptionTypesEnabled", ["Exclusive"]))[0] == 204
+    assert (await app.call("POST", url, ["Shared", "Failover"]))[0] == 204
+    assert (await own(app)).to_json() == {"subscriptionTypesEnabled": ["Shared", "Failover"]}
+    await until(
+        lambda: topic.policies.subscription_types_enabled == ("Shared", "Failover"), "applied"
+    )
+    with pytest.raises(BrokerError) as refused:
+        topic.check_subscription_type(pb.CommandSubscribe.Exclusive)
+    assert refused.value.server_error == pb.NotAllowedError
+    assert str(refused.value) == (
+        "Topic[{persistent://public/default/orders}] doesn't support Exclusive sub type!"
+    )
+    assert (await app.call("DELETE", url))[0] == 204
+    await until(lambda: topic.policies.subscription_types_enabled == ("Exclusive",), "ns")

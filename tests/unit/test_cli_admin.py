@@ -893,6 +893,33 @@ COMMANDS: list[tuple[list[str], str, str, dict[str, str], Any]] = [
     ),
     (["namespaces", "get-persistence", "acme/billing"], "GET", f"{NS}/persistence", {}, None),
     (
+        ["namespaces", "set-subscription-types-enabled", "acme/billing", "-t", "Shared,failover"],
+        "POST",
+        f"{NS}/subscriptionTypesEnabled",
+        {},
+        ["Shared", "Failover"],
+    ),
+    (
+        [
+            "topicPolicies",
+            "set-subscription-types-enabled",
+            "acme/billing/orders",
+            "--types",
+            "Key_Shared",
+        ],
+        "POST",
+        f"{TOPIC}/subscriptionTypesEnabled",
+        {},
+        ["Key_Shared"],
+    ),
+    (
+        ["topicPolicies", "get-subscription-types-enabled", "acme/billing/orders", "-ap"],
+        "GET",
+        f"{TOPIC}/subscriptionTypesEnabled",
+        {"applied": "true"},
+        None,
+    ),
+    (
         ["namespaces", "set-delayed-delivery", "acme/billing", "-e", "-t", "2s", "-md", "1h"],
         "POST",
         f"{NS}/delayedDelivery",
@@ -1420,6 +1447,7 @@ def test_an_unreachable_broker_fails_with_its_url(capsys: Any) -> None:
         ["namespaces", "set-persistence", "acme/billing", "-r", "-1"],
         ["topicPolicies", "set-persistence", "acme/billing/orders", "-a", "-2"],
         ["namespaces", "set-delayed-delivery", "acme/billing", "-t", "1s"],
+        ["namespaces", "set-subscription-types-enabled", "acme/billing", "-t", "Shared,Broadcast"],
         ["namespaces", "set-delayed-delivery", "acme/billing", "-e", "-t", "soon"],
     ],
 )

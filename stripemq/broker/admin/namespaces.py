@@ -33,7 +33,8 @@ minutes; 0: never), ``backlogQuota``
 ``compactionThreshold`` (PUT bare bytes; 0: never compacted by size), ``persistence``
 (``PersistencePolicies``: quorums within the broker's ``managedLedgerMax*``, else 400),
 ``delayedDelivery`` (``DelayedDeliveryPolicies``: ``tickTime``, ``active``,
-``maxDeliveryDelayInMillis``),
+``maxDeliveryDelayInMillis``), ``subscriptionTypesEnabled`` (a list of type names; GET
+answers ``[]`` while unset),
 the limits (``maxProducersPerTopic``..., bare counts);
 for schemas ``schemaCompatibilityStrategy`` (PUT a strategy name; GET answers "UNDEFINED"
 while unset), ``isAllowAutoUpdateSchema`` (bare bool; GET answers the broker's while unset)
@@ -104,6 +105,7 @@ from stripemq.broker.policies import (
     parse_int,
     parse_limit,
     parse_schema_strategy,
+    parse_subscription_types,
 )
 from stripemq.broker.schema import CompatibilityStrategy
 from stripemq.broker.topic import PersistentTopic
@@ -400,6 +402,12 @@ POLICY_ENDPOINTS = (
         lambda p, s: p.delayed_delivery.to_json() if p.delayed_delivery else None,
         lambda p, body, s: p.with_(delayed_delivery=DelayedDeliveryPolicies.parse(body)),
         lambda p, s: p.with_(delayed_delivery=None),
+    ),
+    PolicyEndpoint(
+        "subscriptionTypesEnabled",
+        lambda p, s: list(p.subscription_types_enabled),  # [] while unset, as Pulsar
+        lambda p, body, s: p.with_(subscription_types_enabled=parse_subscription_types(body)),
+        lambda p, s: p.with_(subscription_types_enabled=()),
     ),
     PolicyEndpoint(
         "autoTopicCreation",

@@ -11,7 +11,8 @@ bool), ``publishRate``, ``dispatchRate``, ``subscriptionDispatchRate``,
 ``schemaCompatibilityStrategy`` (a strategy name), ``schemaValidationEnforced`` (bare
 bool; GET answers ``false`` while unset), ``compactionThreshold`` (bare bytes),
 ``persistence`` (``PersistencePolicies``, quorums within the broker's ``managedLedgerMax*``,
-else 400), ``delayedDelivery`` (``DelayedDeliveryPolicies``) and the limits
+else 400), ``delayedDelivery`` (``DelayedDeliveryPolicies``), ``subscriptionTypesEnabled``
+(a list of type names) and the limits
 (``maxProducers``..., bare counts).
 ``isGlobal`` is taken and ignored: there is one scope, the cluster's. A change is
 validated before it is stored, by compare-and-set as namespace policies are, and the broker
@@ -57,6 +58,7 @@ from stripemq.broker.policies import (
     parse_compaction_threshold,
     parse_int,
     parse_limit,
+    parse_subscription_types,
     stored_persistence,
 )
 from stripemq.broker.topic_policies import (
@@ -269,6 +271,12 @@ TOPIC_POLICY_ENDPOINTS = (
         lambda p, c, q: p.compaction_threshold_bytes,
     ),
     _persistence_endpoint(),
+    _field(
+        "subscriptionTypesEnabled",
+        "subscription_types_enabled",
+        parse_subscription_types,
+        lambda p, c, q: list(p.subscription_types_enabled),
+    ),
     _field(
         "delayedDelivery",
         "delayed_delivery",
