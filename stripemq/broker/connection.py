@@ -508,6 +508,7 @@ class ServerConnection:
         if body.initial_subscription_name:
             await self._authorize(Need.CONSUME, name_of_topic)  # it makes a subscription
         topic = await self.service.get_topic(name_of_topic)
+        topic.check_encrypted_producer(body.encrypted)
         name = body.producer_name or generate_producer_name()
         if body.initial_subscription_name and body.initial_subscription_name not in (
             topic.subscriptions
@@ -562,6 +563,7 @@ class ServerConnection:
         try:
             limits.check_send(frame.metadata)
             check_delivery_delay(frame.metadata, producer.topic.delayed_delivery)
+            producer.topic.check_encrypted_message(frame.metadata)
         except BrokerError as exc:
             return self._send_error(body, server_error_of(exc), str(exc))
         messages = limits.messages_in_send(body)  # bounded: one count for rates and stats

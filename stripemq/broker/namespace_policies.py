@@ -148,6 +148,7 @@ class EffectivePolicies:
     # Whether and how messages are delayed (None: as the topic was made, in unit tests).
     delayed_delivery: DelayedDeliveryPolicies | None = None
     subscription_types_enabled: tuple[str, ...] = SUBSCRIPTION_TYPES  # Pulsar's names
+    encryption_required: bool = False
 
     def limit(self, limit: Limit) -> int:
         """The limit the topic obeys (0: none)."""
@@ -228,6 +229,7 @@ def resolve(policies: Policies, defaults: BrokerDefaults, cluster: str) -> Effec
         subscription_types_enabled=(
             policies.subscription_types_enabled or defaults.subscription_types_enabled
         ),
+        encryption_required=policies.encryption_required,
     )
 
 

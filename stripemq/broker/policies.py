@@ -7,7 +7,7 @@ names (``retention_policies``, ``message_ttl_in_seconds``, ``backlog_quota_map``
 ``subscriptionDispatchRate``, ``autoTopicCreationOverride``, ``bundles``,
 ``schema_compatibility_strategy``, ``is_allow_auto_update_schema``,
 ``schema_validation_enforced``, ``persistence``, ``delayed_delivery_policies``,
-``subscription_types_enabled``, the ``max_*`` limits), so what
+``subscription_types_enabled``, ``encryption_required``, the ``max_*`` limits), so what
 ``GET /admin/v2/namespaces/{tenant}/{ns}`` answers is the stored document. Rates are kept
 per cluster, as Pulsar keeps them; a broker applies its own cluster's.
 
@@ -502,6 +502,7 @@ class Policies:
     persistence: PersistencePolicies | None = None  # None: the broker's managedLedger*
     delayed_delivery: DelayedDeliveryPolicies | None = None  # None: the broker's settings
     subscription_types_enabled: tuple[str, ...] = ()  # (): the broker's setting
+    encryption_required: bool = False  # producers must encrypt what they send
     # Pulsar's auth_policies.namespace_auth: the actions (produce, consume...) granted to
     # each role on the namespace.
     namespace_auth: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -540,6 +541,7 @@ class Policies:
             "compaction_threshold": self.compaction_threshold,
             "persistence": self.persistence.to_json() if self.persistence else None,
             "subscription_types_enabled": list(self.subscription_types_enabled),
+            "encryption_required": self.encryption_required,
             "delayed_delivery_policies": (
                 self.delayed_delivery.to_json() if self.delayed_delivery else None
             ),
@@ -571,7 +573,11 @@ class Policies:
         persistence = doc.get("persistence")
         delayed = doc.get("delayed_delivery_policies")
         types = doc.get("subscription_types_enabled")
+        encryption = doc.get("encryption_required")
         return cls(
+            encryption_required=(
+                parse_bool(encryption, "encryptionRequired") if encryption is not None else False
+            ),
             subscription_types_enabled=parse_subscription_types(types) if types else (),
             persistence=stored_persistence(persistence) if persistence is not None else None,
             delayed_delivery=(

@@ -1422,6 +1422,20 @@ class PersistentTopic:
             subscription.take_type(sub_type, sticky)  # same cursor, same counts
             return subscription
 
+    def check_encrypted_producer(self, encrypted: bool) -> None:
+        """Raises ``BrokerError(MetadataError)`` for a producer that will not encrypt, on a
+        topic whose namespace requires encryption (Pulsar's reason)."""
+        if self.policies.encryption_required and not encrypted:
+            raise BrokerError(pb.MetadataError, f"Encryption is required in {self.name}")
+
+    def check_encrypted_message(self, metadata: pb.MessageMetadata | None) -> None:
+        """Raises ``BrokerError(MetadataError)`` for a message sent without encryption
+        keys where encryption is required."""
+        if not self.policies.encryption_required:
+            return
+        if metadata is None or len(metadata.encryption_keys) == 0:
+            raise BrokerError(pb.MetadataError, "Messages must be encrypted")
+
     def check_subscription_type(self, sub_type: int) -> None:
         """Raises ``BrokerError(NotAllowedError)`` for a type its policies do not enable
         (Pulsar's subscriptionTypesEnabled, readers included)."""

@@ -289,6 +289,22 @@ def _add_namespaces(commands: Any) -> None:
 
     _add_policy_commands(commands, NAMESPACE_LEVEL)
 
+    encryption = _namespace_command(
+        commands,
+        "set-encryption-required",
+        "Require (or not) producers to encrypt the messages of a namespace",
+        _ns_set_flag,
+    )
+    encryption.set_defaults(endpoint="encryptionRequired")
+    _enable_disable(encryption, "encryption required")
+    _policy_get_remove(
+        commands,
+        "encryption-required",
+        "encryptionRequired",
+        "whether encryption is required",
+        remove=False,
+    )
+
     expiration = _namespace_command(
         commands,
         "set-subscription-expiration-time",

@@ -760,3 +760,15 @@ async def test_subscription_types_enabled_are_set_read_and_removed(admin: Admin)
     assert (await admin.call("POST", url, "Shared"))[0] == 412
     assert (await admin.call("DELETE", url))[0] == 204
     assert await admin.call("GET", url) == (200, [])
+
+
+async def test_encryption_required_is_set_and_read(admin: Admin) -> None:
+    url = f"{DEFAULT}/encryptionRequired"
+    assert await admin.call("GET", url) == (200, False)
+    assert (await admin.call("POST", url, True))[0] == 204
+    assert await admin.call("GET", url) == (200, True)
+    _, document = await admin.call("GET", DEFAULT)
+    assert document["encryption_required"] is True
+    assert (await admin.call("POST", url, "yes"))[0] == 412
+    assert (await admin.call("POST", url, False))[0] == 204
+    assert await admin.call("GET", url) == (200, False)

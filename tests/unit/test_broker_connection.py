@@ -65,6 +65,9 @@ class Topic:
         self.topic_name = TopicName.parse("t")
         self.delayed_delivery = DelayedDeliveryConfig()
 
+    def check_encrypted_message(self, metadata: object) -> None:
+        """No namespace requires encryption here."""
+
     def publish(self, entry: bytes) -> asyncio.Future[Position]:
         stored: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
         if self.fail:

@@ -893,6 +893,20 @@ COMMANDS: list[tuple[list[str], str, str, dict[str, str], Any]] = [
     ),
     (["namespaces", "get-persistence", "acme/billing"], "GET", f"{NS}/persistence", {}, None),
     (
+        ["namespaces", "set-encryption-required", "acme/billing", "-e"],
+        "POST",
+        f"{NS}/encryptionRequired",
+        {},
+        True,
+    ),
+    (
+        ["namespaces", "get-encryption-required", "acme/billing"],
+        "GET",
+        f"{NS}/encryptionRequired",
+        {},
+        None,
+    ),
+    (
         ["namespaces", "set-subscription-types-enabled", "acme/billing", "-t", "Shared,failover"],
         "POST",
         f"{NS}/subscriptionTypesEnabled",

@@ -34,7 +34,7 @@ minutes; 0: never), ``backlogQuota``
 (``PersistencePolicies``: quorums within the broker's ``managedLedgerMax*``, else 400),
 ``delayedDelivery`` (``DelayedDeliveryPolicies``: ``tickTime``, ``active``,
 ``maxDeliveryDelayInMillis``), ``subscriptionTypesEnabled`` (a list of type names; GET
-answers ``[]`` while unset),
+answers ``[]`` while unset), ``encryptionRequired`` (bare bool, POST only),
 the limits (``maxProducersPerTopic``..., bare counts);
 for schemas ``schemaCompatibilityStrategy`` (PUT a strategy name; GET answers "UNDEFINED"
 while unset), ``isAllowAutoUpdateSchema`` (bare bool; GET answers the broker's while unset)
@@ -408,6 +408,11 @@ POLICY_ENDPOINTS = (
         lambda p, s: list(p.subscription_types_enabled),  # [] while unset, as Pulsar
         lambda p, body, s: p.with_(subscription_types_enabled=parse_subscription_types(body)),
         lambda p, s: p.with_(subscription_types_enabled=()),
+    ),
+    PolicyEndpoint(  # no DELETE in Pulsar: set it false
+        "encryptionRequired",
+        lambda p, s: p.encryption_required,
+        lambda p, body, s: p.with_(encryption_required=parse_bool(body, "encryptionRequired")),
     ),
     PolicyEndpoint(
         "autoTopicCreation",
