@@ -98,6 +98,7 @@ def topic_policies(config: BrokerConfig) -> TopicPolicies:
         limits=broker_limits(config),
         persistence=config.default_persistence(),
         subscription_types_enabled=parse_subscription_types(config.subscription_types_enabled),
+        max_topics_per_namespace=config.max_topics_per_namespace,
     )
 
 

@@ -360,6 +360,12 @@ class BrokerConfig:
         "Subscriptions a topic has (0: no limit); a new one past it is refused NotAllowed.",
         pulsar_name="maxSubscriptionsPerTopic",
     )
+    max_topics_per_namespace: int = setting(
+        0,
+        "Topics a namespace holds, each partition counting (0: no limit); creating one past "
+        "it is refused: 412 over REST, NotAllowed when a client would create it.",
+        pulsar_name="maxTopicsPerNamespace",
+    )
     max_unacked_messages_per_consumer: int = setting(
         Limit.MAX_UNACKED_PER_CONSUMER.names.default,
         "Unacknowledged messages a Shared or Key_Shared consumer may hold before it gets "
@@ -622,6 +628,7 @@ class BrokerConfig:
             "max_consumers_per_topic",
             "max_consumers_per_subscription",
             "max_subscriptions_per_topic",
+            "max_topics_per_namespace",
             "max_unacked_messages_per_consumer",
             "max_unacked_messages_per_subscription",
         ):

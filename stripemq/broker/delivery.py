@@ -56,10 +56,13 @@ class DeliveryState:
         dispatcher: Dispatcher,
         is_acked: Callable[[Position], bool],
         delayed: DelayedDeliveryTracker | None = None,
+        left_in_batch: Callable[[Position], int | None] | None = None,
     ) -> None:
         self.dispatcher = dispatcher
         self.is_acked = is_acked
         self.delayed = delayed
+        # Messages of a partly acknowledged batch still unacknowledged (None: all).
+        self.left_in_batch = left_in_batch
         self._replay: list[Position] = []  # sorted
         self._delivered_before: set[Position] = set()  # replays that were delivered once
         self.redelivery_counts: dict[Position, int] = {}
@@ -203,7 +206,8 @@ class DeliveryState:
                 self.redelivery_counts[position] = count
             if replay:
                 self._forget_replay_only(position)
-            slot.take(position, entry.messages)
+            held = self.left_in_batch(position) if self.left_in_batch is not None else None
+            slot.take(position, entry.messages, held)
             deliveries.append(Delivery(slot, position, count))
             consumed = position
         return Plan(deliveries, consumed)

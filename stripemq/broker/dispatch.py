@@ -123,8 +123,13 @@ class ConsumerSlot:
             self._blocked_on_unacked = False
         return self._blocked_on_unacked
 
-    def take(self, position: Position, messages: int) -> None:
+    def take(self, position: Position, messages: int, held: int | None = None) -> None:
+        """Hand it the entry at ``position`` of ``messages`` messages, of which ``held``
+        are still unacknowledged (a partly acknowledged batch; None: all of them). Its
+        permits go down by them all: its client gives back those it skips."""
         self.pending[position] = messages
+        if held is not None:
+            self.pending.set_unacked(position, held)
         self.permits -= messages
         if 0 < self.max_unacked <= self.pending.messages:
             self._blocked_on_unacked = True

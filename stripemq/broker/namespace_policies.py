@@ -111,6 +111,9 @@ class BrokerDefaults(Protocol):
     @property
     def subscription_types_enabled(self) -> tuple[str, ...]: ...
 
+    @property
+    def max_topics_per_namespace(self) -> int: ...
+
 
 def _unlimited_quotas() -> dict[BacklogQuotaType, BacklogQuota]:
     return {kind: UNLIMITED_QUOTA for kind in BacklogQuotaType}
@@ -149,6 +152,7 @@ class EffectivePolicies:
     delayed_delivery: DelayedDeliveryPolicies | None = None
     subscription_types_enabled: tuple[str, ...] = SUBSCRIPTION_TYPES  # Pulsar's names
     encryption_required: bool = False
+    max_topics_per_namespace: int = 0  # 0: no limit
 
     def limit(self, limit: Limit) -> int:
         """The limit the topic obeys (0: none)."""
@@ -230,6 +234,11 @@ def resolve(policies: Policies, defaults: BrokerDefaults, cluster: str) -> Effec
             policies.subscription_types_enabled or defaults.subscription_types_enabled
         ),
         encryption_required=policies.encryption_required,
+        max_topics_per_namespace=(
+            policies.max_topics_per_namespace
+            if policies.max_topics_per_namespace is not None
+            else defaults.max_topics_per_namespace
+        ),
     )
 
 

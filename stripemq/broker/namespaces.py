@@ -25,8 +25,9 @@ from stripemq.broker.schema.registry import namespace_schemas_path
 from stripemq.errors import NotEmptyError, NotFoundError, StripeMQError
 from stripemq.managed_ledger.ledger_list import child_name, managed_ledger_path
 from stripemq.metadata import ANY_VERSION, DeleteOp, MetadataStore, Op
+from stripemq.metadata.partitioned_topics import partition_count
 from stripemq.proto import pulsar_api_pb2 as pb
-from stripemq.proto.topic_name import is_valid_name
+from stripemq.proto.topic_name import TopicName, is_valid_name
 
 log = logging.getLogger(__name__)
 
@@ -290,6 +291,18 @@ async def stored_topics(store: MetadataStore, namespace: str) -> tuple[list[str]
         sorted(unquote(child_name(child)) for child in ledgers),
         sorted(unquote(child) for child in partitioned),
     )
+
+
+async def count_topics(store: MetadataStore, namespace: str) -> int:
+    """Topics a namespace holds as maxTopicsPerNamespace counts them: each partition of a
+    partitioned topic (created yet or not) and each other topic."""
+    ledgers, partitioned = await stored_topics(store, namespace)
+    names = set(ledgers)
+    for local in partitioned:
+        topic = TopicName.parse(f"persistent://{namespace}/{local}")
+        count = await partition_count(store, topic)
+        names.update(topic.partition(i).local_name for i in range(count))
+    return len(names)
 
 
 async def delete_namespace(store: MetadataStore, namespace: str) -> None:

@@ -503,6 +503,7 @@ class Policies:
     delayed_delivery: DelayedDeliveryPolicies | None = None  # None: the broker's settings
     subscription_types_enabled: tuple[str, ...] = ()  # (): the broker's setting
     encryption_required: bool = False  # producers must encrypt what they send
+    max_topics_per_namespace: int | None = None  # 0: no limit; None: the broker's
     # Pulsar's auth_policies.namespace_auth: the actions (produce, consume...) granted to
     # each role on the namespace.
     namespace_auth: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -542,6 +543,7 @@ class Policies:
             "persistence": self.persistence.to_json() if self.persistence else None,
             "subscription_types_enabled": list(self.subscription_types_enabled),
             "encryption_required": self.encryption_required,
+            "max_topics_per_namespace": self.max_topics_per_namespace,
             "delayed_delivery_policies": (
                 self.delayed_delivery.to_json() if self.delayed_delivery else None
             ),
@@ -574,7 +576,13 @@ class Policies:
         delayed = doc.get("delayed_delivery_policies")
         types = doc.get("subscription_types_enabled")
         encryption = doc.get("encryption_required")
+        max_topics = doc.get("max_topics_per_namespace")
         return cls(
+            max_topics_per_namespace=(
+                parse_limit(max_topics, "maxTopicsPerNamespace")
+                if isinstance(max_topics, int) and max_topics >= 0
+                else None  # negative: what Pulsar once stored for "unset"
+            ),
             encryption_required=(
                 parse_bool(encryption, "encryptionRequired") if encryption is not None else False
             ),

@@ -21,7 +21,7 @@ from stripemq.broker.config import DelayedDeliveryConfig
 from stripemq.broker.leader import LeaderBroker, LeaderElection, lookup_id
 from stripemq.broker.names import check_topic_supported
 from stripemq.broker.namespace_policies import EffectivePolicies, NamespacePolicyCache, resolve
-from stripemq.broker.namespaces import check_namespace
+from stripemq.broker.namespaces import check_namespace, count_topics
 from stripemq.broker.ownership import BrokerInfo, Bundle, Ownership, bundle_of
 from stripemq.broker.partitions import (
     PartitionedTopicExistsError,
@@ -87,6 +87,7 @@ class TopicPolicies:
     limits: Mapping[Limit, int] = field(default_factory=default_limits)  # 0: none
     persistence: PersistencePolicies | None = None  # None: the managed ledgers' config
     subscription_types_enabled: tuple[str, ...] = SUBSCRIPTION_TYPES
+    max_topics_per_namespace: int = 0  # 0: no limit
 
     @property
     def delayed_delivery_policies(self) -> DelayedDeliveryPolicies:
@@ -252,18 +253,39 @@ class BrokerService:
             return 0
         if await self.factory.exists(topic_name.managed_ledger_name):
             return 0  # a topic that already exists unpartitioned
+        await self.check_room_for_topics(topic_name, policies.auto_create_partitions)
         with contextlib.suppress(PartitionedTopicExistsError):
             await create_partitioned_topic(self.store, topic_name, policies.auto_create_partitions)
         return await partition_count(self.store, topic_name)
 
     async def _check_may_open(self, topic_name: TopicName) -> None:
-        """Auto-creation policy; the namespace was checked before its bundle was taken."""
-        if (await self.effective_policies(topic_name)).auto_create:
-            return
+        """Auto-creation policy and the namespace's topic limit; the namespace was checked
+        before its bundle was taken."""
         if topic_name.partition_index >= 0 and await partition_count(self.store, topic_name):
-            return  # a partition of a declared partitioned topic
-        if not await self.factory.exists(topic_name.managed_ledger_name):
+            return  # a partition of a declared partitioned topic (counted with it)
+        if await self.factory.exists(topic_name.managed_ledger_name):
+            return
+        if not (await self.effective_policies(topic_name)).auto_create:
             raise BrokerError(pb.TopicNotFound, f"topic {topic_name} does not exist")
+        await self.check_room_for_topics(topic_name, 1)
+
+    async def check_room_for_topics(self, topic_name: TopicName, adding: int) -> None:
+        """Raises ``BrokerError(NotAllowedError)`` (412 over REST) when ``adding`` more
+        topics (partitions) would take the topic's namespace past maxTopicsPerNamespace."""
+        policies = await self.effective_policies(topic_name, watch=False)
+        limit = policies.max_topics_per_namespace
+        if limit <= 0:
+            return
+        held = await count_topics(self.store, topic_name.namespace_name)
+        if held + adding > limit:
+            log.warning(
+                "creating %s refused: namespace %s holds %d topics of at most %d",
+                topic_name,
+                topic_name.namespace_name,
+                held,
+                limit,
+            )
+            raise BrokerError(pb.NotAllowedError, "Exceed maximum number of topics in namespace.")
 
     async def bundle_of(self, topic_name: TopicName) -> Bundle:
         """The topic's bundle, by its namespace's bundle count (``Policies.bundles``, fixed
@@ -381,6 +403,7 @@ class BrokerService:
         Raises ``NodeExistsError`` if it exists, ``NamespaceNotFoundError``."""
         check_topic_supported(topic_name)
         await self._check_namespace(topic_name)
+        await self.check_room_for_topics(topic_name, 1)
         path = managed_ledger_path(topic_name.managed_ledger_name)
         await self.store.create(path, LedgerList().encode())
         log.info("created topic %s", topic_name)

@@ -276,7 +276,12 @@ class Subscription:
         tracker = None
         if config.enabled and self.sub_type in DELAYING_TYPES:
             tracker = DelayedDeliveryTracker(config.tick_ms)
-        return DeliveryState(self.dispatcher, self.cursor.is_acked, tracker)
+        return DeliveryState(self.dispatcher, self.cursor.is_acked, tracker, self._left_in_batch)
+
+    def _left_in_batch(self, position: Position) -> int | None:
+        """Unacknowledged messages of a partly acknowledged batch (None: not one)."""
+        bits = self.cursor.state.ack_set(position)
+        return bits.count() if bits is not None else None
 
     # ------------------------------------------------------------------ consumers
 
@@ -905,8 +910,6 @@ class Subscription:
                 unacked = self._acknowledge_compacted_out(position, data[position], unacked)
             ack_set = words_of(unacked) if unacked is not None else None
             consumer = self.consumers[delivery.slot.slot_id]
-            if unacked is not None:  # what is left of the batch is what it holds
-                delivery.slot.pending.set_unacked(position, sum(unacked))
             messages = delivery.slot.pending.get(position, 1)
             self.stats.dispatched(consumer.stats, messages, len(data[position]))
             consumer.sink.send_message(

@@ -289,6 +289,28 @@ def _add_namespaces(commands: Any) -> None:
 
     _add_policy_commands(commands, NAMESPACE_LEVEL)
 
+    max_topics = _namespace_command(
+        commands,
+        "set-max-topics-per-namespace",
+        "Set the maximum of topics (partitions counting) of a namespace",
+        _ns_set_limit,
+    )
+    max_topics.add_argument(
+        "-t",
+        "--max-topics-per-namespace",
+        dest="limit",
+        type=int,
+        required=True,
+        help="0: no limit",
+    )
+    max_topics.set_defaults(endpoint="maxTopicsPerNamespace")
+    _policy_get_remove(
+        commands,
+        "max-topics-per-namespace",
+        "maxTopicsPerNamespace",
+        "the maximum of topics",
+    )
+
     encryption = _namespace_command(
         commands,
         "set-encryption-required",

@@ -29,6 +29,7 @@ from stripemq.broker.ownership import FULL_RANGE, BrokerInfo, Bundle, bundle_of
 from stripemq.broker.partitions import create_partitioned_topic
 from stripemq.broker.policies import BacklogQuota, Policies, RetentionPolicies
 from stripemq.broker.service import BrokerService
+from stripemq.errors import BrokerError
 from stripemq.metadata import MetadataStore
 from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.initial_position import InitialPosition
@@ -772,3 +773,29 @@ async def test_encryption_required_is_set_and_read(admin: Admin) -> None:
     assert (await admin.call("POST", url, "yes"))[0] == 412
     assert (await admin.call("POST", url, False))[0] == 204
     assert await admin.call("GET", url) == (200, False)
+
+
+async def test_max_topics_per_namespace_counts_partitions(admin: Admin) -> None:
+    """As Pulsar counts them: each partition is a topic; one past the limit is refused
+    412 over REST and NotAllowed to a client that would create it."""
+    url = f"{DEFAULT}/maxTopicsPerNamespace"
+    topics = "/admin/v2/persistent/public/default"
+    reason = "Exceed maximum number of topics in namespace."
+    assert await admin.call("GET", url) == (204, None)
+    assert (await admin.call("POST", url, 4))[0] == 204
+    assert await admin.call("GET", url) == (200, 4)
+    _, document = await admin.call("GET", DEFAULT)
+    assert document["max_topics_per_namespace"] == 4
+    assert (await admin.call("PUT", f"{topics}/parts/partitions", 3))[0] == 204
+    assert (await admin.call("PUT", f"{topics}/single"))[0] == 204
+    status, refused = await admin.call("PUT", f"{topics}/one-more")
+    assert (status, refused["reason"]) == (412, reason)
+    status, refused = await admin.call("PUT", f"{topics}/more-parts/partitions", 1)
+    assert (status, refused["reason"]) == (412, reason)
+    with pytest.raises(BrokerError) as auto:
+        await admin.service.get_topic(TopicName.parse("public/default/auto-created"))
+    assert auto.value.server_error == pb.NotAllowedError
+    await admin.service.get_topic(TopicName.parse("public/default/parts-partition-2"))  # counted
+    assert (await admin.call("POST", url, -1))[0] == 412
+    assert (await admin.call("DELETE", url))[0] == 204  # the broker's: no limit
+    assert (await admin.call("PUT", f"{topics}/one-more"))[0] == 204

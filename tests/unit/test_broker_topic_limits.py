@@ -273,6 +273,14 @@ async def test_batch_index_acks_count_towards_unblocking(store: MetadataStore) -
     assert consumer_stats(sub, consumer)["unackedMessages"] == 5 and len(sink.sent) == 2
     acked(sub, consumer, [some_of(sink.sent[1], 1)])  # four: half, the third batch comes
     await until(lambda: len(sink.sent) == 3, "the third batch")
+    # Given back and handed to another consumer, the batches count what is left of them:
+    # one, three and four messages, so the limit of eight lets all three go.
+    sub.remove_consumer(consumer)
+    again = Recording()
+    other = consumer_of(sub, 2, again)
+    sub.flow(other, 100)
+    await until(lambda: len(again.sent) == 3, "the three batches again")
+    assert consumer_stats(sub, other)["unackedMessages"] == 8
     await topic.close()
 
 

@@ -893,6 +893,20 @@ COMMANDS: list[tuple[list[str], str, str, dict[str, str], Any]] = [
     ),
     (["namespaces", "get-persistence", "acme/billing"], "GET", f"{NS}/persistence", {}, None),
     (
+        ["namespaces", "set-max-topics-per-namespace", "acme/billing", "-t", "100"],
+        "POST",
+        f"{NS}/maxTopicsPerNamespace",
+        {},
+        100,
+    ),
+    (
+        ["namespaces", "remove-max-topics-per-namespace", "acme/billing"],
+        "DELETE",
+        f"{NS}/maxTopicsPerNamespace",
+        {},
+        None,
+    ),
+    (
         ["namespaces", "set-encryption-required", "acme/billing", "-e"],
         "POST",
         f"{NS}/encryptionRequired",

@@ -35,6 +35,7 @@ minutes; 0: never), ``backlogQuota``
 ``delayedDelivery`` (``DelayedDeliveryPolicies``: ``tickTime``, ``active``,
 ``maxDeliveryDelayInMillis``), ``subscriptionTypesEnabled`` (a list of type names; GET
 answers ``[]`` while unset), ``encryptionRequired`` (bare bool, POST only),
+``maxTopicsPerNamespace`` (a bare count, partitions counting; 0: no limit),
 the limits (``maxProducersPerTopic``..., bare counts);
 for schemas ``schemaCompatibilityStrategy`` (PUT a strategy name; GET answers "UNDEFINED"
 while unset), ``isAllowAutoUpdateSchema`` (bare bool; GET answers the broker's while unset)
@@ -408,6 +409,14 @@ POLICY_ENDPOINTS = (
         lambda p, s: list(p.subscription_types_enabled),  # [] while unset, as Pulsar
         lambda p, body, s: p.with_(subscription_types_enabled=parse_subscription_types(body)),
         lambda p, s: p.with_(subscription_types_enabled=()),
+    ),
+    PolicyEndpoint(
+        "maxTopicsPerNamespace",
+        lambda p, s: p.max_topics_per_namespace,
+        lambda p, body, s: p.with_(
+            max_topics_per_namespace=parse_limit(body, "maxTopicsPerNamespace")
+        ),
+        lambda p, s: p.with_(max_topics_per_namespace=None),
     ),
     PolicyEndpoint(  # no DELETE in Pulsar: set it false
         "encryptionRequired",

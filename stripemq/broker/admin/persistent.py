@@ -473,6 +473,7 @@ class PersistentTopics:
             raise precondition_failed(f"{topic} is a partition, not a topic")
         if await store.exists(managed_ledger_path(topic.managed_ledger_name)) is not None:
             raise conflict("This topic already exists")
+        await self.ctx.service.check_room_for_topics(topic, count)
         try:
             await create_partitioned_topic(store, topic, count, metadata.properties)
         except PartitionedTopicExistsError:
