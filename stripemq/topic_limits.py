@@ -33,6 +33,15 @@ class LimitNames:
     default: int  # the broker's default
     namespace_command: str  # pulsar-admin namespaces set-/get-/remove-<command>
     topic_command: str  # pulsar-admin topicPolicies set-/get-/remove-<command>
+    # pulsar-admin topics' own names (its older topic-level commands): the first, then
+    # its aliases; and the option, where they differ from topicPolicies'.
+    topics_commands: tuple[str, ...] = ()
+    topics_flag: tuple[str, str] | None = None
+
+    @property
+    def topics_cli(self) -> tuple[tuple[str, ...], tuple[str, str]]:
+        """``pulsar-admin topics``' commands for this limit and their option."""
+        return self.topics_commands or (self.topic_command,), self.topics_flag or self.topic_flag
 
 
 class Limit(enum.Enum):
@@ -50,6 +59,7 @@ class Limit(enum.Enum):
         default=0,
         namespace_command="max-producers-per-topic",
         topic_command="max-producers",
+        topics_commands=("max-producers", "maxProducers"),
     )
     MAX_CONSUMERS = LimitNames(
         setting="max_consumers_per_topic",
@@ -89,6 +99,7 @@ class Limit(enum.Enum):
         default=50_000,
         namespace_command="max-unacked-messages-per-consumer",
         topic_command="max-unacked-messages-per-consumer",
+        topics_commands=("max-unacked-messages-per-consumer", "max-unacked-messages-on-consumer"),
     )
     MAX_UNACKED_PER_SUBSCRIPTION = LimitNames(
         setting="max_unacked_messages_per_subscription",
@@ -102,6 +113,10 @@ class Limit(enum.Enum):
         default=200_000,
         namespace_command="max-unacked-messages-per-subscription",
         topic_command="max-unacked-messages-per-subscription",
+        topics_commands=(
+            "max-unacked-messages-per-subscription",
+            "max-unacked-messages-on-subscription",
+        ),
     )
     MAX_SUBSCRIPTIONS = LimitNames(
         setting="max_subscriptions_per_topic",
@@ -115,6 +130,8 @@ class Limit(enum.Enum):
         default=0,
         namespace_command="max-subscriptions-per-topic",
         topic_command="max-subscriptions-per-topic",
+        topics_commands=("max-subscriptions",),
+        topics_flag=("-m", "--max-subscriptions-per-topic"),
     )
 
     @property

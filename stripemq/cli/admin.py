@@ -54,7 +54,7 @@ from stripemq.clock import now_ms
 from stripemq.errors import InvalidConfigurationError
 from stripemq.proto.topic_name import TopicName
 from stripemq.subscription_types import SUBSCRIPTION_TYPES, subscription_type_named
-from stripemq.topic_limits import Limit
+from stripemq.topic_limits import Limit, LimitNames
 
 DEFAULT_ADMIN_URL = "http://127.0.0.1:8080"
 ADMIN_URL_ENV = "STRIPEMQ_ADMIN_URL"
@@ -437,7 +437,9 @@ class PolicyLevel:
     deduplication: str  # its endpoint
     quota_getter: str  # get-backlog-quotas, get-backlog-quota
     applied: bool  # the get- commands take -ap
-    topic: bool  # topicPolicies (the limits' names differ: ``topic_limits``)
+    # The limits' commands (the first, then aliases), option and REST path at this level
+    # (``topic_limits``).
+    limit_cli: Callable[[LimitNames], tuple[tuple[str, ...], tuple[str, str], str]]
 
 
 def _policy_get_remove(
@@ -449,16 +451,30 @@ def _policy_get_remove(
     *,
     of: str | None = None,
     remove: bool = True,
+    aliases: tuple[str, ...] = (),
 ) -> None:
-    """``get-<name>`` and ``remove-<name>`` of a policy at ``/<endpoint>``."""
+    """``get-<name>`` and ``remove-<name>`` of a policy at ``/<endpoint>`` (and the same
+    under each of ``aliases``)."""
     level = level or NAMESPACE_LEVEL
     of = of or level.of
-    get = level.make(commands, f"get-{name}", f"Get {about} {of}", _ns_get_policy)
+    get = level.make(
+        commands,
+        f"get-{name}",
+        f"Get {about} {of}",
+        _ns_get_policy,
+        aliases=tuple(f"get-{alias}" for alias in aliases),
+    )
     get.set_defaults(endpoint=endpoint)
     if level.applied:
         _applied_option(get)
     if remove:
-        dropped = level.make(commands, f"remove-{name}", f"Remove {about} {of}", _ns_remove_policy)
+        dropped = level.make(
+            commands,
+            f"remove-{name}",
+            f"Remove {about} {of}",
+            _ns_remove_policy,
+            aliases=tuple(f"remove-{alias}" for alias in aliases),
+        )
         dropped.set_defaults(endpoint=endpoint)
 
 
@@ -539,17 +555,18 @@ def _add_policy_commands(commands: Any, level: PolicyLevel) -> None:
     )
 
     for limit in Limit:
-        names = limit.names
-        command, flags, path = (
-            (names.topic_command, names.topic_flag, names.topic_path)
-            if level.topic
-            else (names.namespace_command, names.namespace_flag, names.namespace_path)
-        )
+        (command, *aliases), flags, path = level.limit_cli(limit.names)
         about = command.replace("-", " ").replace("max ", "the maximum of ")
-        limited = make(commands, f"set-{command}", f"Set {about} {of}", _ns_set_limit)
+        limited = make(
+            commands,
+            f"set-{command}",
+            f"Set {about} {of}",
+            _ns_set_limit,
+            aliases=tuple(f"set-{alias}" for alias in aliases),
+        )
         limited.add_argument(*flags, dest="limit", type=int, required=True, help="0: no limit")
         limited.set_defaults(endpoint=path)
-        _policy_get_remove(commands, command, path, about, level)
+        _policy_get_remove(commands, command, path, about, level, aliases=tuple(aliases))
 
     threshold = make(
         commands,
@@ -703,7 +720,7 @@ def _add_policy_commands(commands: Any, level: PolicyLevel) -> None:
         "schemaCompatibilityStrategy",
         "the schema compatibility strategy",
         level,
-        remove=level is TOPIC_LEVEL,  # pulsar-admin has no namespace command for it
+        remove=level is not NAMESPACE_LEVEL,  # pulsar-admin has no namespace command for it
     )
 
 
@@ -724,7 +741,7 @@ NAMESPACE_LEVEL = PolicyLevel(
     deduplication="deduplication",
     quota_getter="get-backlog-quotas",
     applied=False,
-    topic=False,
+    limit_cli=lambda n: ((n.namespace_command,), n.namespace_flag, n.namespace_path),
 )
 TOPIC_LEVEL = PolicyLevel(
     make=_topic_policy_command,
@@ -735,7 +752,20 @@ TOPIC_LEVEL = PolicyLevel(
     deduplication="deduplicationEnabled",
     quota_getter="get-backlog-quota",
     applied=True,
-    topic=True,
+    limit_cli=lambda n: ((n.topic_command,), n.topic_flag, n.topic_path),
+)
+# pulsar-admin topics' topic-level commands (older than topicPolicies, still there): the
+# same policies, some under names of their own.
+TOPICS_LEVEL = PolicyLevel(
+    make=_topic_command,
+    of="of a topic",
+    every="of a topic",
+    ttl_flags=("-t", "--ttl"),
+    strategy_flags=("-s", "--strategy"),
+    deduplication="deduplicationEnabled",
+    quota_getter="get-backlog-quotas",
+    applied=True,
+    limit_cli=lambda n: (*n.topics_cli, n.topic_path),
 )
 
 
@@ -749,6 +779,7 @@ def _enable_disable(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def _add_topics(commands: Any) -> None:
+    _add_policy_commands(commands, TOPICS_LEVEL)
     listing = _command(
         commands, "list", "List the topics of a namespace", _topics_list, label="topic"
     )
