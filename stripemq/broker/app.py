@@ -99,6 +99,8 @@ def topic_policies(config: BrokerConfig) -> TopicPolicies:
         persistence=config.default_persistence(),
         subscription_types_enabled=parse_subscription_types(config.subscription_types_enabled),
         max_topics_per_namespace=config.max_topics_per_namespace,
+        inactive_topic_policies=config.default_inactive_topic_policies(),
+        inactive_topic_check_interval_s=config.broker_delete_inactive_topics_frequency_seconds,
     )
 
 

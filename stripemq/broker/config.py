@@ -10,9 +10,11 @@ from stripemq.broker.delayed_delivery import DEFAULT_TICK_MS
 from stripemq.broker.policies import (
     BacklogQuotaPolicy,
     DelayedDeliveryPolicies,
+    InactiveTopicPolicies,
     InvalidPolicyError,
     PersistencePolicies,
     QuorumBounds,
+    parse_delete_mode,
     parse_subscription_types,
 )
 from stripemq.broker.schema.types import CompatibilityStrategy
@@ -360,6 +362,29 @@ class BrokerConfig:
         "Subscriptions a topic has (0: no limit); a new one past it is refused NotAllowed.",
         pulsar_name="maxSubscriptionsPerTopic",
     )
+    broker_delete_inactive_topics_enabled: bool = setting(
+        False,
+        "Delete topics that stay inactive: no producers or consumers and, by the mode, no "
+        "subscriptions or no backlog (Pulsar's default is true; off here so that nothing "
+        "produced is lost unasked).",
+        pulsar_name="brokerDeleteInactiveTopicsEnabled",
+    )
+    broker_delete_inactive_topics_frequency_seconds: int = setting(
+        60,
+        "How often served topics are checked for inactivity.",
+        pulsar_name="brokerDeleteInactiveTopicsFrequencySeconds",
+    )
+    broker_delete_inactive_topics_mode: str = setting(
+        "delete_when_no_subscriptions",
+        "delete_when_no_subscriptions, or delete_when_subscriptions_caught_up (subscriptions "
+        "go with the topic once none has a backlog).",
+        pulsar_name="brokerDeleteInactiveTopicsMode",
+    )
+    broker_delete_inactive_topics_max_inactive_duration_seconds: int = setting(
+        0,
+        "How long a topic stays inactive before it is deleted (0: the check frequency).",
+        pulsar_name="brokerDeleteInactiveTopicsMaxInactiveDurationSeconds",
+    )
     max_topics_per_namespace: int = setting(
         0,
         "Topics a namespace holds, each partition counting (0: no limit); creating one past "
@@ -566,10 +591,23 @@ class BrokerConfig:
             raise ConfigError("delayed_delivery_max_delay_in_millis must be >= 0")
         if self.authentication_refresh_check_seconds <= 0:
             raise ConfigError("authentication_refresh_check_seconds must be > 0")
-        try:
-            parse_subscription_types(self.subscription_types_enabled)
-        except InvalidPolicyError as exc:
-            raise ConfigError(f"subscription_types_enabled: {exc}") from None
+        if self.broker_delete_inactive_topics_frequency_seconds <= 0:
+            raise ConfigError("broker_delete_inactive_topics_frequency_seconds must be > 0")
+        if self.broker_delete_inactive_topics_max_inactive_duration_seconds < 0:
+            raise ConfigError(
+                "broker_delete_inactive_topics_max_inactive_duration_seconds must be >= 0"
+            )
+        for name, check in (
+            ("broker_delete_inactive_topics_mode", self.default_inactive_topic_policies),
+            (
+                "subscription_types_enabled",
+                lambda: parse_subscription_types(self.subscription_types_enabled),
+            ),
+        ):
+            try:
+                check()
+            except InvalidPolicyError as exc:
+                raise ConfigError(f"{name}: {exc}") from None
         self._validate_policy_defaults()
         self._validate_tls()
         self.managed_ledger_config().validate()
@@ -646,6 +684,15 @@ class BrokerConfig:
             enabled=self.delayed_delivery_enabled,
             tick_ms=self.delayed_delivery_tick_time_millis,
             max_delay_ms=self.delayed_delivery_max_delay_in_millis,
+        )
+
+    def default_inactive_topic_policies(self) -> InactiveTopicPolicies:
+        """What a topic whose namespace and own policies set none obeys."""
+        duration = self.broker_delete_inactive_topics_max_inactive_duration_seconds
+        return InactiveTopicPolicies(
+            self.broker_delete_inactive_topics_enabled,
+            duration or self.broker_delete_inactive_topics_frequency_seconds,
+            parse_delete_mode(self.broker_delete_inactive_topics_mode),
         )
 
     def quorum_bounds(self) -> QuorumBounds:

@@ -30,6 +30,7 @@ from stripemq.broker.policies import (
     BacklogQuotaType,
     DelayedDeliveryPolicies,
     DispatchRate,
+    InactiveTopicPolicies,
     InvalidPolicyError,
     PersistencePolicies,
     Policies,
@@ -114,6 +115,9 @@ class BrokerDefaults(Protocol):
     @property
     def max_topics_per_namespace(self) -> int: ...
 
+    @property
+    def inactive_topic_policies(self) -> InactiveTopicPolicies: ...
+
 
 def _unlimited_quotas() -> dict[BacklogQuotaType, BacklogQuota]:
     return {kind: UNLIMITED_QUOTA for kind in BacklogQuotaType}
@@ -153,6 +157,7 @@ class EffectivePolicies:
     subscription_types_enabled: tuple[str, ...] = SUBSCRIPTION_TYPES  # Pulsar's names
     encryption_required: bool = False
     max_topics_per_namespace: int = 0  # 0: no limit
+    inactive_topic_policies: InactiveTopicPolicies = field(default_factory=InactiveTopicPolicies)
 
     def limit(self, limit: Limit) -> int:
         """The limit the topic obeys (0: none)."""
@@ -238,6 +243,9 @@ def resolve(policies: Policies, defaults: BrokerDefaults, cluster: str) -> Effec
             policies.max_topics_per_namespace
             if policies.max_topics_per_namespace is not None
             else defaults.max_topics_per_namespace
+        ),
+        inactive_topic_policies=(
+            policies.inactive_topic_policies or defaults.inactive_topic_policies
         ),
     )
 

@@ -7,7 +7,8 @@ names (``retention_policies``, ``message_ttl_in_seconds``, ``backlog_quota_map``
 ``subscriptionDispatchRate``, ``autoTopicCreationOverride``, ``bundles``,
 ``schema_compatibility_strategy``, ``is_allow_auto_update_schema``,
 ``schema_validation_enforced``, ``persistence``, ``delayed_delivery_policies``,
-``subscription_types_enabled``, ``encryption_required``, the ``max_*`` limits), so what
+``subscription_types_enabled``, ``encryption_required``, ``inactive_topic_policies``,
+the ``max_*`` limits), so what
 ``GET /admin/v2/namespaces/{tenant}/{ns}`` answers is the stored document. Rates are kept
 per cluster, as Pulsar keeps them; a broker applies its own cluster's.
 
@@ -284,6 +285,56 @@ class DelayedDeliveryPolicies:
         }
 
 
+class InactiveTopicDeleteMode(enum.Enum):
+    """When an inactive topic may go (Pulsar's ``InactiveTopicDeleteMode``)."""
+
+    DELETE_WHEN_NO_SUBSCRIPTIONS = "delete_when_no_subscriptions"
+    DELETE_WHEN_SUBSCRIPTIONS_CAUGHT_UP = "delete_when_subscriptions_caught_up"
+
+
+def parse_delete_mode(raw: object) -> InactiveTopicDeleteMode:
+    try:
+        return InactiveTopicDeleteMode(raw)
+    except ValueError:
+        choices = ", ".join(mode.value for mode in InactiveTopicDeleteMode)
+        raise InvalidPolicyError(
+            f"inactiveTopicDeleteMode must be one of {choices}, not {_shown(raw)}"
+        ) from None
+
+
+@dataclass(frozen=True)
+class InactiveTopicPolicies:
+    """Whether a topic with no producers and consumers (and, by ``mode``, no
+    subscriptions or no backlog) is deleted once inactive for
+    ``max_inactive_duration_seconds`` (Pulsar's ``InactiveTopicPolicies``)."""
+
+    delete_while_inactive: bool = False
+    max_inactive_duration_seconds: int = 60
+    mode: InactiveTopicDeleteMode = InactiveTopicDeleteMode.DELETE_WHEN_NO_SUBSCRIPTIONS
+
+    @classmethod
+    def parse(cls, body: object) -> InactiveTopicPolicies:
+        obj = _object(body, "inactive topic policies")
+        delete = obj.get("deleteWhileInactive")
+        mode = obj.get("inactiveTopicDeleteMode")
+        return cls(
+            parse_bool(delete if delete is not None else False, "deleteWhileInactive"),
+            _int(obj, "maxInactiveDurationSeconds", 0, low=0),
+            parse_delete_mode(
+                mode
+                if mode is not None
+                else InactiveTopicDeleteMode.DELETE_WHEN_NO_SUBSCRIPTIONS.value
+            ),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "inactiveTopicDeleteMode": self.mode.value,
+            "maxInactiveDurationSeconds": self.max_inactive_duration_seconds,
+            "deleteWhileInactive": self.delete_while_inactive,
+        }
+
+
 def parse_subscription_types(
     body: object, what: str = "subscriptionTypesEnabled"
 ) -> tuple[str, ...]:
@@ -504,6 +555,7 @@ class Policies:
     subscription_types_enabled: tuple[str, ...] = ()  # (): the broker's setting
     encryption_required: bool = False  # producers must encrypt what they send
     max_topics_per_namespace: int | None = None  # 0: no limit; None: the broker's
+    inactive_topic_policies: InactiveTopicPolicies | None = None  # None: the broker's
     # Pulsar's auth_policies.namespace_auth: the actions (produce, consume...) granted to
     # each role on the namespace.
     namespace_auth: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -544,6 +596,9 @@ class Policies:
             "subscription_types_enabled": list(self.subscription_types_enabled),
             "encryption_required": self.encryption_required,
             "max_topics_per_namespace": self.max_topics_per_namespace,
+            "inactive_topic_policies": (
+                self.inactive_topic_policies.to_json() if self.inactive_topic_policies else None
+            ),
             "delayed_delivery_policies": (
                 self.delayed_delivery.to_json() if self.delayed_delivery else None
             ),
@@ -577,7 +632,11 @@ class Policies:
         types = doc.get("subscription_types_enabled")
         encryption = doc.get("encryption_required")
         max_topics = doc.get("max_topics_per_namespace")
+        inactive = doc.get("inactive_topic_policies")
         return cls(
+            inactive_topic_policies=(
+                InactiveTopicPolicies.parse(inactive) if inactive is not None else None
+            ),
             max_topics_per_namespace=(
                 parse_limit(max_topics, "maxTopicsPerNamespace")
                 if isinstance(max_topics, int) and max_topics >= 0

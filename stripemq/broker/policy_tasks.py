@@ -12,6 +12,9 @@
 - Compaction by size, every ``broker_service_compaction_monitor_interval_in_seconds``
   (Pulsar's ``brokerServiceCompactionMonitorIntervalInSeconds``, 60): each topic whose
   uncompacted backlog passes its compaction threshold is compacted (``compaction.threshold``).
+- Inactive topics, every ``broker_delete_inactive_topics_frequency_seconds`` (Pulsar's
+  ``brokerDeleteInactiveTopicsFrequencySeconds``, 60): topics whose inactive-topic policy
+  deletes them and that stayed inactive long enough are deleted (``inactive_topics``).
 
 A failure on one topic is logged and the check goes on with the next; a check never stops
 the broker, and the next round tries again.
@@ -27,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from stripemq.broker.backlog_monitor import enforce
 from stripemq.broker.compaction.threshold import compact_if_due
+from stripemq.broker.inactive_topics import delete_inactive_topics
 from stripemq.broker.message_expiry import expire_topic
 from stripemq.broker.subscription_expiry import expire_subscriptions
 from stripemq.errors import StripeMQError
@@ -80,8 +84,11 @@ class PolicyChecks:
         backlog_quota_interval_s: float,
         subscription_expiry_interval_s: float = 0.0,
         compaction_interval_s: float = 0.0,
+        inactive_topic_interval_s: float = 0.0,
+        delete_topic: Callable[[PersistentTopic], Awaitable[None]] | None = None,
     ) -> None:
         self.topics = topics
+        self.delete_topic = delete_topic
         self.tasks = [
             PeriodicTask("message expiry", message_expiry_interval_s, self.check_message_expiry),
             PeriodicTask("backlog quota", backlog_quota_interval_s, self.check_backlog_quotas),
@@ -91,6 +98,11 @@ class PolicyChecks:
                 self.check_subscription_expiry,
             ),
             PeriodicTask("compaction", compaction_interval_s, self.check_compaction),
+            PeriodicTask(
+                "inactive topics",
+                inactive_topic_interval_s if delete_topic is not None else 0.0,
+                self.check_inactive_topics,
+            ),
         ]
 
     def start(self) -> None:
@@ -112,6 +124,10 @@ class PolicyChecks:
             limit = topic.policies.subscription_expiration_minutes
             if limit > 0 and topic.serving:
                 await self._check(topic, "subscription expiry", expire_subscriptions(topic, limit))
+
+    async def check_inactive_topics(self) -> None:
+        if self.delete_topic is not None:
+            await delete_inactive_topics(self.topics(), self.delete_topic)
 
     async def check_compaction(self) -> None:
         for topic in list(self.topics()):

@@ -32,6 +32,7 @@ from stripemq.broker.policies import (
     BacklogQuota,
     DelayedDeliveryPolicies,
     DispatchRate,
+    InactiveTopicPolicies,
     PersistencePolicies,
     Policies,
     PublishRate,
@@ -88,6 +89,8 @@ class TopicPolicies:
     persistence: PersistencePolicies | None = None  # None: the managed ledgers' config
     subscription_types_enabled: tuple[str, ...] = SUBSCRIPTION_TYPES
     max_topics_per_namespace: int = 0  # 0: no limit
+    inactive_topic_policies: InactiveTopicPolicies = field(default_factory=InactiveTopicPolicies)
+    inactive_topic_check_interval_s: float = 60.0
 
     @property
     def delayed_delivery_policies(self) -> DelayedDeliveryPolicies:
@@ -140,6 +143,8 @@ class BrokerService:
             backlog_quota_interval_s=self.policies.backlog_quota_check_interval_s,
             subscription_expiry_interval_s=self.policies.subscription_expiry_check_interval_s,
             compaction_interval_s=self.policies.compaction_check_interval_s,
+            inactive_topic_interval_s=self.policies.inactive_topic_check_interval_s,
+            delete_topic=lambda topic: self.delete_topic(topic.topic_name),
         )
 
     async def start(self) -> None:

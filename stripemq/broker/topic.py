@@ -1012,6 +1012,8 @@ class PersistentTopic:
         self.delayed_delivery = delayed_delivery or DelayedDeliveryConfig()
         self.lifecycle = TopicLifecycle.OPEN  # changed only by _move_to
         self._closing: asyncio.Future[None] | None = None
+        # When the inactive-topic check last found it active (``inactive_topics``).
+        self.last_active_ms = now_ms()
         self.producers: list[Producer] = []
         self._producers_changed = asyncio.Condition()
         self._exclusive_waiters = 0  # WaitForExclusive producers waiting on the condition

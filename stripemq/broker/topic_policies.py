@@ -6,7 +6,7 @@ names of Pulsar's ``TopicPolicies`` (``retentionPolicies``, ``messageTTLInSecond
 ``backLogQuotaMap``, ``deduplicationEnabled``, ``publishRate``, ``dispatchRate``,
 ``subscriptionDispatchRate``, ``schemaCompatibilityStrategy``, ``schemaValidationEnforced``,
 ``compactionThreshold``, ``persistence``, ``delayedDelivery*``,
-``subscriptionTypesEnabled``, the limits).
+``subscriptionTypesEnabled``, ``inactiveTopicPolicies``, the limits).
 A policy the topic leaves unset is the namespace's, else the broker's (``over``). Pulsar
 keeps these in a system topic of the namespace (``__change_events``); here they are a node
 of the metadata store, watched by the broker serving the topic as namespace policies are.
@@ -31,6 +31,7 @@ from stripemq.broker.policies import (
     BacklogQuotaType,
     DelayedDeliveryPolicies,
     DispatchRate,
+    InactiveTopicPolicies,
     InvalidPolicyError,
     PersistencePolicies,
     Policies,
@@ -76,6 +77,7 @@ class TopicLevelPolicies:
     persistence: PersistencePolicies | None = None
     delayed_delivery: DelayedDeliveryPolicies | None = None
     subscription_types_enabled: tuple[str, ...] | None = None
+    inactive_topic_policies: InactiveTopicPolicies | None = None
 
     def with_(self, **changes: Any) -> TopicLevelPolicies:
         return dataclasses.replace(self, **changes)
@@ -113,6 +115,8 @@ class TopicLevelPolicies:
             changes["delayed_delivery"] = self.delayed_delivery
         if self.subscription_types_enabled:
             changes["subscription_types_enabled"] = self.subscription_types_enabled
+        if self.inactive_topic_policies is not None:
+            changes["inactive_topic_policies"] = self.inactive_topic_policies
         return namespace.with_(**changes)
 
     def to_json(self) -> dict[str, Any]:
@@ -142,6 +146,8 @@ class TopicLevelPolicies:
             doc["persistence"] = self.persistence.to_json()
         if self.subscription_types_enabled is not None:
             doc["subscriptionTypesEnabled"] = list(self.subscription_types_enabled)
+        if self.inactive_topic_policies is not None:
+            doc["inactiveTopicPolicies"] = self.inactive_topic_policies.to_json()
         if self.delayed_delivery is not None:  # three fields, as Pulsar's TopicPolicies
             doc["delayedDeliveryEnabled"] = self.delayed_delivery.active
             doc["delayedDeliveryTickTimeMillis"] = self.delayed_delivery.tick_time
@@ -191,6 +197,7 @@ class TopicLevelPolicies:
             subscription_types_enabled=optional(
                 "subscriptionTypesEnabled", parse_subscription_types
             ),
+            inactive_topic_policies=optional("inactiveTopicPolicies", InactiveTopicPolicies.parse),
         )
 
 

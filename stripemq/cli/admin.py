@@ -607,6 +607,46 @@ def _add_policy_commands(commands: Any, level: PolicyLevel) -> None:
     )
     _policy_get_remove(commands, "persistence", "persistence", "the persistence policies", level)
 
+    inactive = make(
+        commands,
+        "set-inactive-topic-policies",
+        f"Set the inactive topic policies {of}",
+        _ns_set_inactive_topic_policies,
+    )
+    inactive.add_argument(
+        "-e",
+        "--enable-delete-while-inactive",
+        dest="enable",
+        action="store_true",
+        help="delete the topic once inactive",
+    )
+    inactive.add_argument(
+        "-d",
+        "--disable-delete-while-inactive",
+        dest="disable",
+        action="store_true",
+        help="never delete it for inactivity",
+    )
+    inactive.add_argument(
+        "-t",
+        "--max-inactive-duration",
+        required=True,
+        help="how long it stays inactive before it is deleted (1s, 10m, 5h, 3d)",
+    )
+    inactive.add_argument(
+        "-m",
+        "--delete-mode",
+        required=True,
+        help="delete_when_no_subscriptions or delete_when_subscriptions_caught_up",
+    )
+    _policy_get_remove(
+        commands,
+        "inactive-topic-policies",
+        "inactiveTopicPolicies",
+        "the inactive topic policies",
+        level,
+    )
+
     types = make(
         commands,
         "set-subscription-types-enabled",
@@ -1492,6 +1532,31 @@ def _ns_set_publish_rate(args: argparse.Namespace, client: AdminClient) -> Any:
         "publishThrottlingRateInByte": args.byte_publish_rate,
     }
     client.post(f"{path}/publishRate", body=body)
+    return NOTHING
+
+
+INACTIVE_TOPIC_DELETE_MODES = (
+    "delete_when_no_subscriptions",
+    "delete_when_subscriptions_caught_up",
+)
+
+
+def _ns_set_inactive_topic_policies(args: argparse.Namespace, client: AdminClient) -> Any:
+    if args.enable == args.disable:
+        raise ArgumentFormatError(
+            "need to specify either --enable-delete-while-inactive or "
+            "--disable-delete-while-inactive"
+        )
+    if args.delete_mode not in INACTIVE_TOPIC_DELETE_MODES:
+        raise ArgumentFormatError(
+            f"delete mode can only be set to {' or '.join(INACTIVE_TOPIC_DELETE_MODES)}"
+        )
+    body = {
+        "inactiveTopicDeleteMode": args.delete_mode,
+        "maxInactiveDurationSeconds": parse_relative_seconds(args.max_inactive_duration),
+        "deleteWhileInactive": bool(args.enable),
+    }
+    client.post(f"{_policy_path(args)}/inactiveTopicPolicies", body=body)
     return NOTHING
 
 

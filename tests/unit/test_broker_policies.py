@@ -14,6 +14,8 @@ from stripemq.broker.policies import (
     BacklogQuotaPolicy,
     DelayedDeliveryPolicies,
     DispatchRate,
+    InactiveTopicDeleteMode,
+    InactiveTopicPolicies,
     InvalidPolicyError,
     PersistencePolicies,
     Policies,
@@ -164,3 +166,24 @@ def test_delayed_delivery_policies_take_pulsars_fields() -> None:
     for bad in ({"tickTime": -1}, {"active": "yes"}, {"maxDeliveryDelayInMillis": -5}, [1]):
         with pytest.raises(InvalidPolicyError):
             DelayedDeliveryPolicies.parse(bad)
+
+
+def test_inactive_topic_policies_take_pulsars_fields() -> None:
+    body = {
+        "inactiveTopicDeleteMode": "delete_when_subscriptions_caught_up",
+        "maxInactiveDurationSeconds": 120,
+        "deleteWhileInactive": True,
+    }
+    parsed = InactiveTopicPolicies.parse(body)
+    assert parsed.mode is InactiveTopicDeleteMode.DELETE_WHEN_SUBSCRIPTIONS_CAUGHT_UP
+    assert parsed.to_json() == body
+    assert Policies.from_json(Policies(inactive_topic_policies=parsed).to_json()) == Policies(
+        inactive_topic_policies=parsed
+    )
+    for bad in (
+        {**body, "inactiveTopicDeleteMode": "delete_always"},
+        {**body, "maxInactiveDurationSeconds": -1},
+        {**body, "deleteWhileInactive": "yes"},
+    ):
+        with pytest.raises(InvalidPolicyError):
+            InactiveTopicPolicies.parse(bad)

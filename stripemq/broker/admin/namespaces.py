@@ -36,6 +36,7 @@ minutes; 0: never), ``backlogQuota``
 ``maxDeliveryDelayInMillis``), ``subscriptionTypesEnabled`` (a list of type names; GET
 answers ``[]`` while unset), ``encryptionRequired`` (bare bool, POST only),
 ``maxTopicsPerNamespace`` (a bare count, partitions counting; 0: no limit),
+``inactiveTopicPolicies`` (``InactiveTopicPolicies``),
 the limits (``maxProducersPerTopic``..., bare counts);
 for schemas ``schemaCompatibilityStrategy`` (PUT a strategy name; GET answers "UNDEFINED"
 while unset), ``isAllowAutoUpdateSchema`` (bare bool; GET answers the broker's while unset)
@@ -92,6 +93,7 @@ from stripemq.broker.policies import (
     BacklogQuotaType,
     DelayedDeliveryPolicies,
     DispatchRate,
+    InactiveTopicPolicies,
     InvalidPolicyError,
     PersistencePolicies,
     Policies,
@@ -409,6 +411,12 @@ POLICY_ENDPOINTS = (
         lambda p, s: list(p.subscription_types_enabled),  # [] while unset, as Pulsar
         lambda p, body, s: p.with_(subscription_types_enabled=parse_subscription_types(body)),
         lambda p, s: p.with_(subscription_types_enabled=()),
+    ),
+    PolicyEndpoint(
+        "inactiveTopicPolicies",
+        lambda p, s: p.inactive_topic_policies.to_json() if p.inactive_topic_policies else None,
+        lambda p, body, s: p.with_(inactive_topic_policies=InactiveTopicPolicies.parse(body)),
+        lambda p, s: p.with_(inactive_topic_policies=None),
     ),
     PolicyEndpoint(
         "maxTopicsPerNamespace",

@@ -12,7 +12,7 @@ bool), ``publishRate``, ``dispatchRate``, ``subscriptionDispatchRate``,
 bool; GET answers ``false`` while unset), ``compactionThreshold`` (bare bytes),
 ``persistence`` (``PersistencePolicies``, quorums within the broker's ``managedLedgerMax*``,
 else 400), ``delayedDelivery`` (``DelayedDeliveryPolicies``), ``subscriptionTypesEnabled``
-(a list of type names) and the limits
+(a list of type names), ``inactiveTopicPolicies`` and the limits
 (``maxProducers``..., bare counts).
 ``isGlobal`` is taken and ignored: there is one scope, the cluster's. A change is
 validated before it is stored, by compare-and-set as namespace policies are, and the broker
@@ -48,6 +48,7 @@ from stripemq.broker.policies import (
     BacklogQuotaType,
     DelayedDeliveryPolicies,
     DispatchRate,
+    InactiveTopicPolicies,
     InvalidPolicyError,
     PersistencePolicies,
     Policies,
@@ -271,6 +272,12 @@ TOPIC_POLICY_ENDPOINTS = (
         lambda p, c, q: p.compaction_threshold_bytes,
     ),
     _persistence_endpoint(),
+    _field(
+        "inactiveTopicPolicies",
+        "inactive_topic_policies",
+        InactiveTopicPolicies.parse,
+        lambda p, c, q: p.inactive_topic_policies.to_json(),
+    ),
     _field(
         "subscriptionTypesEnabled",
         "subscription_types_enabled",
