@@ -25,7 +25,7 @@ import enum
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from stripemq.broker.ownership import DEFAULT_BUNDLES, FULL_RANGE
 from stripemq.broker.partitions import MAX_PARTITIONS
@@ -58,6 +58,19 @@ def _int(
     if not low <= value <= high:
         raise InvalidPolicyError(f"{key} must be in {low}..{high}, not {value}")
     return value
+
+
+M = TypeVar("M", bound=enum.Enum)
+
+
+def _member(kind: type[M], raw: object, what: str) -> M:
+    """The member of ``kind`` whose value ``raw`` is; ``InvalidPolicyError`` naming the
+    choices otherwise."""
+    try:
+        return kind(raw)
+    except ValueError:
+        choices = ", ".join(str(member.value) for member in kind)
+        raise InvalidPolicyError(f"{what} must be one of {choices}, not {_shown(raw)}") from None
 
 
 def _object(body: object, what: str) -> Mapping[str, Any]:
@@ -293,13 +306,7 @@ class InactiveTopicDeleteMode(enum.Enum):
 
 
 def parse_delete_mode(raw: object) -> InactiveTopicDeleteMode:
-    try:
-        return InactiveTopicDeleteMode(raw)
-    except ValueError:
-        choices = ", ".join(mode.value for mode in InactiveTopicDeleteMode)
-        raise InvalidPolicyError(
-            f"inactiveTopicDeleteMode must be one of {choices}, not {_shown(raw)}"
-        ) from None
+    return _member(InactiveTopicDeleteMode, raw, "inactiveTopicDeleteMode")
 
 
 @dataclass(frozen=True)
@@ -382,14 +389,7 @@ class BacklogQuota:
         size = obj.get("limitSize", obj.get("limit"))
         limit_size = _int({"limitSize": size}, "limitSize", -1, high=MAX_LONG)
         limit_time = _int(obj, "limitTime", -1)
-        raw_policy = obj.get("policy")
-        try:
-            policy = BacklogQuotaPolicy(raw_policy)
-        except ValueError:
-            choices = ", ".join(p.value for p in BacklogQuotaPolicy)
-            raise InvalidPolicyError(
-                f"policy must be one of {choices}, not {raw_policy!r}"
-            ) from None
+        policy = _member(BacklogQuotaPolicy, obj.get("policy"), "policy")
         return cls(limit_size, limit_time, policy)
 
     def to_json(self) -> dict[str, Any]:
@@ -405,13 +405,7 @@ def parse_backlog_quota_type(raw: str | None) -> BacklogQuotaType:
     """The ``backlogQuotaType`` query parameter (``destination_storage`` if absent)."""
     if raw is None or raw == "":
         return BacklogQuotaType.DESTINATION_STORAGE
-    try:
-        return BacklogQuotaType(raw)
-    except ValueError:
-        choices = ", ".join(t.value for t in BacklogQuotaType)
-        raise InvalidPolicyError(
-            f"backlogQuotaType must be one of {choices}, not {raw!r}"
-        ) from None
+    return _member(BacklogQuotaType, raw, "backlogQuotaType")
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ starts fast; output goes to stdout (a command-line tool, not library code).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -796,15 +797,10 @@ TOPIC_LEVEL = PolicyLevel(
 )
 # pulsar-admin topics' topic-level commands (older than topicPolicies, still there): the
 # same policies, some under names of their own.
-TOPICS_LEVEL = PolicyLevel(
+TOPICS_LEVEL = dataclasses.replace(
+    TOPIC_LEVEL,
     make=_topic_command,
-    of="of a topic",
-    every="of a topic",
-    ttl_flags=("-t", "--ttl"),
-    strategy_flags=("-s", "--strategy"),
-    deduplication="deduplicationEnabled",
     quota_getter="get-backlog-quotas",
-    applied=True,
     limit_cli=lambda n: (*n.topics_cli, n.topic_path),
 )
 
