@@ -519,6 +519,7 @@ class ServerConnection:
         version = await topic.add_schema(_schema_of(body))
         producer = Producer(body.producer_id, name, topic, self, body.producer_access_mode)
         producer.schema_version = version
+        producer.encrypted = body.encrypted
         producer.stats.describe_client(self.peer, self.session.client_version, body.metadata)
         queued = functools.partial(self._producer_queued, body, name)
         await topic.add_producer(producer, on_queued=queued)
@@ -563,7 +564,7 @@ class ServerConnection:
         try:
             limits.check_send(frame.metadata)
             check_delivery_delay(frame.metadata, producer.topic.delayed_delivery)
-            producer.topic.check_encrypted_message(frame.metadata)
+            producer.topic.check_encrypted_message(producer, frame.metadata)
         except BrokerError as exc:
             return self._send_error(body, server_error_of(exc), str(exc))
         messages = limits.messages_in_send(body)  # bounded: one count for rates and stats

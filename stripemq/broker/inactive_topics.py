@@ -5,11 +5,11 @@ policy's mode, without subscriptions (``delete_when_no_subscriptions``) or witho
 it has stayed so for ``maxInactiveDurationSeconds``, unless its retention still keeps it
 (Pulsar's ``shouldTopicBeRetained``).
 
-Activity is seen by the periodic check (every ``brokerDeleteInactiveTopicsFrequencySeconds``):
-a topic found active counts as active until then, so a topic goes between one and two
-check intervals after it was last seen active, as in Pulsar. The decision is sans-IO
-(``inactive_for_deletion``); deleting is the broker service's, which refuses a topic a
-client reached meanwhile.
+Inactivity counts from the last time the topic had a client or a subscription: its last
+producer or consumer leaving, a subscription deleted, a client looking it up, or the
+periodic check (every ``brokerDeleteInactiveTopicsFrequencySeconds``) finding it active.
+The decision is sans-IO (``inactive_for_deletion``); deleting is the broker service's,
+which refuses a topic a client reached meanwhile.
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ def is_active(topic: PersistentTopic, mode: InactiveTopicDeleteMode) -> bool:
     ``mode``)."""
     if topic.has_clients:
         return True
-    cursors = topic.ml.cursors.values()
+    cursors = topic.subscription_cursors()  # not the broker's deduplication cursor
     if mode is InactiveTopicDeleteMode.DELETE_WHEN_NO_SUBSCRIPTIONS:
-        return bool(topic.subscriptions) or bool(topic.ml.cursors)
-    return any(cursor.backlog > 0 for cursor in cursors)
+        return bool(cursors) or any(not s.durable for s in topic.subscriptions.values())
+    return any(cursor.backlog > 0 for cursor in cursors.values())
 
 
 def inactive_for_deletion(topic: PersistentTopic, now: int) -> bool:
@@ -68,8 +68,11 @@ async def delete_inactive_topics(
         policies = topic.policies.inactive_topic_policies
         try:
             await delete(topic)
-        except StripeMQError as exc:
+        except StripeMQError as exc:  # a client came meanwhile, the store failed
             log.info("[%s] inactive, but not deleted: %s", topic.name, exc)
+            continue
+        except Exception:
+            log.exception("[%s] inactive, but deleting it failed", topic.name)
             continue
         log.info(
             "[%s] deleted: inactive for over %ds (%s)",

@@ -46,6 +46,7 @@ from stripemq.broker.topic_policies import (
     delete_topic_policies,
     topic_policies_key,
 )
+from stripemq.clock import now_ms
 from stripemq.errors import BrokerError, StripeMQError
 from stripemq.managed_ledger.config import ManagedLedgerConfig
 from stripemq.managed_ledger.ledger_list import LedgerList, managed_ledger_path
@@ -266,7 +267,8 @@ class BrokerService:
     async def _check_may_open(self, topic_name: TopicName) -> None:
         """Auto-creation policy and the namespace's topic limit; the namespace was checked
         before its bundle was taken."""
-        if topic_name.partition_index >= 0 and await partition_count(self.store, topic_name):
+        index = topic_name.partition_index
+        if 0 <= index < await partition_count(self.store, topic_name):
             return  # a partition of a declared partitioned topic (counted with it)
         if await self.factory.exists(topic_name.managed_ledger_name):
             return
@@ -349,6 +351,7 @@ class BrokerService:
             # Closing or being deleted: never a second instance beside it; clients retry.
             raise BrokerError(pb.ServiceNotReady, f"{topic_name} is {topic.lifecycle.value}")
         if topic is not None and topic.serving:
+            topic.last_active_ms = now_ms()  # a client is on its way: not inactive
             return topic
         opening = self._opening.get(name)
         if opening is None:

@@ -141,6 +141,7 @@ class Producer:
     access_mode: int = pb.Shared
     stats: ProducerCounters = field(default_factory=ProducerCounters)
     schema_version: int | None = None  # the version of its schema (None: it sends bytes)
+    encrypted: bool = False  # it said it encrypts what it sends (CommandProducer.encrypted)
 
 
 @dataclass
@@ -374,6 +375,7 @@ class Subscription:
         if self.consumers.pop(consumer.slot.slot_id, None) is None:
             return
         self._touch()
+        self.topic.last_active_ms = now_ms()  # inactivity counts from its last client
         self._told_end_of_topic.discard(consumer.slot.slot_id)
         self.delivery.consumer_removed(consumer.slot)
         self._active_may_have_changed()
@@ -909,6 +911,8 @@ class Subscription:
             if compacted is not None and position <= compacted.horizon:
                 unacked = self._acknowledge_compacted_out(position, data[position], unacked)
             ack_set = words_of(unacked) if unacked is not None else None
+            if unacked is not None:  # compaction may have acknowledged more of it just now
+                delivery.slot.pending.set_unacked(position, sum(unacked))
             consumer = self.consumers[delivery.slot.slot_id]
             messages = delivery.slot.pending.get(position, 1)
             self.stats.dispatched(consumer.stats, messages, len(data[position]))
@@ -1188,6 +1192,7 @@ class PersistentTopic:
         await registry.check_reader(sid, schema, self.policies.schema_compatibility_strategy)
 
     async def remove_producer(self, producer: Producer) -> None:
+        self.last_active_ms = now_ms()  # inactivity counts from its last client
         async with self._producers_changed:
             if producer in self.producers:
                 self.producers.remove(producer)
@@ -1267,6 +1272,8 @@ class PersistentTopic:
                 self.ml.set_retention(retention.time_s, retention.size_bytes)
             persistence = policies.persistence
             self.ml.set_persistence(persistence.for_ledgers() if persistence else None)
+            if policies.encryption_required:
+                self._drop_unencrypted_producers()
             delayed = policies.delayed_delivery
             if delayed is not None:  # read by each subscription's policies_changed
                 self.delayed_delivery = DelayedDeliveryConfig(
@@ -1433,13 +1440,24 @@ class PersistentTopic:
         if self.policies.encryption_required and not encrypted:
             raise BrokerError(pb.MetadataError, f"Encryption is required in {self.name}")
 
-    def check_encrypted_message(self, metadata: pb.MessageMetadata | None) -> None:
-        """Raises ``BrokerError(MetadataError)`` for a message sent without encryption
-        keys where encryption is required."""
-        if not self.policies.encryption_required:
+    @staticmethod
+    def check_encrypted_message(producer: Producer, metadata: pb.MessageMetadata | None) -> None:
+        """Raises ``BrokerError(MetadataError)`` for a message without encryption keys from
+        a producer that said it encrypts (Pulsar checks the producer's word)."""
+        if not producer.encrypted:
             return
         if metadata is None or len(metadata.encryption_keys) == 0:
             raise BrokerError(pb.MetadataError, "Messages must be encrypted")
+
+    def _drop_unencrypted_producers(self) -> None:
+        """Encryption became required: producers that do not encrypt are disconnected
+        (they are refused when they come back), as Pulsar does."""
+        for producer in list(self.producers):
+            if not producer.encrypted and producer.sink is not None:
+                log.info(
+                    "[%s] producer %s disconnected: encryption required", self.name, producer.name
+                )
+                producer.sink.close_producer(producer.producer_id)
 
     def check_subscription_type(self, sub_type: int) -> None:
         """Raises ``BrokerError(NotAllowedError)`` for a type its policies do not enable
@@ -1592,6 +1610,7 @@ class PersistentTopic:
         are disconnected with ``force``; without it, ``ConsumerBusy``.
 
         Raises ``CursorNotFoundError`` for a subscription that does not exist."""
+        self.last_active_ms = now_ms()  # inactivity counts from its last subscription
         subscription = await self.subscription(name)
         if subscription is None:
             raise CursorNotFoundError(f"subscription {name} does not exist on {self.name}")
@@ -1646,6 +1665,7 @@ class PersistentTopic:
         log.info("[%s] deleted", self.name)
 
     async def unsubscribe(self, name: str) -> None:
+        self.last_active_ms = now_ms()  # inactivity counts from its last subscription
         subscription = self.subscriptions.pop(name, None)
         if subscription is not None:
             await subscription.close()

@@ -210,7 +210,10 @@ def _delayed_delivery_from(doc: Mapping[str, Any]) -> DelayedDeliveryPolicies | 
     }
     if all(value is None for value in fields.values()):
         return None
-    return DelayedDeliveryPolicies.parse(fields)
+    default = DelayedDeliveryPolicies().to_json()  # a field left out is not "off"
+    return DelayedDeliveryPolicies.parse(
+        {key: default[key] if value is None else value for key, value in fields.items()}
+    )
 
 
 def topic_strategy(body: object) -> CompatibilityStrategy | None:

@@ -65,8 +65,8 @@ class Topic:
         self.topic_name = TopicName.parse("t")
         self.delayed_delivery = DelayedDeliveryConfig()
 
-    def check_encrypted_message(self, metadata: object) -> None:
-        """No namespace requires encryption here."""
+    def check_encrypted_message(self, producer: object, metadata: object) -> None:
+        """No producer here says it encrypts."""
 
     def publish(self, entry: bytes) -> asyncio.Future[Position]:
         stored: asyncio.Future[Position] = asyncio.get_running_loop().create_future()

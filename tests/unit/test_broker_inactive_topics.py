@@ -56,6 +56,21 @@ async def test_a_topic_without_subscriptions_goes_once_inactive_long_enough(
     await topic.close()
 
 
+async def test_inactivity_counts_from_the_last_client_or_subscription(
+    store: MetadataStore,
+) -> None:
+    """A subscription deleted restarts the count; the broker's deduplication cursor is
+    no subscription."""
+    topic = await topic_with(store, InactiveTopicPolicies(True, 60, NO_SUBSCRIPTIONS))
+    await topic.subscribe("s", None, InitialPosition.Earliest)
+    topic.last_active_ms -= 600_000
+    await topic.remove_subscription("s")
+    assert not inactive_for_deletion(topic, now_ms() + 30_000)  # counted from its removal
+    await topic.ml.open_cursor("pulsar.dedup", InitialPosition.Earliest)
+    assert inactive_for_deletion(topic, now_ms() + 61_000)
+    await topic.close()
+
+
 async def test_disabled_or_retained_topics_stay(store: MetadataStore) -> None:
     topic = await topic_with(store, InactiveTopicPolicies(False, 1, NO_SUBSCRIPTIONS))
     assert not inactive_for_deletion(topic, now_ms() + 3_600_000)
