@@ -101,6 +101,9 @@ def topic_policies(config: BrokerConfig) -> TopicPolicies:
         max_topics_per_namespace=config.max_topics_per_namespace,
         inactive_topic_policies=config.default_inactive_topic_policies(),
         inactive_topic_check_interval_s=config.broker_delete_inactive_topics_frequency_seconds,
+        delete_inactive_partitioned_metadata=(
+            config.broker_delete_inactive_partitioned_topic_metadata_enabled
+        ),
     )
 
 

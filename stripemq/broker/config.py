@@ -385,6 +385,12 @@ class BrokerConfig:
         "How long a topic stays inactive before it is deleted (0: the check frequency).",
         pulsar_name="brokerDeleteInactiveTopicsMaxInactiveDurationSeconds",
     )
+    broker_delete_inactive_partitioned_topic_metadata_enabled: bool = setting(
+        False,
+        "Once inactive-topic deletion has taken every partition of a partitioned topic, "
+        "delete the partitioned topic too (its metadata, schemas and policies).",
+        pulsar_name="brokerDeleteInactivePartitionedTopicMetadataEnabled",
+    )
     max_topics_per_namespace: int = setting(
         0,
         "Topics a namespace holds, each partition counting (0: no limit); creating one past "

@@ -27,6 +27,7 @@ from stripemq.broker.partitions import (
     PartitionedTopicExistsError,
     create_partitioned_topic,
     partition_count,
+    partitions_path,
 )
 from stripemq.broker.policies import (
     BacklogQuota,
@@ -38,7 +39,7 @@ from stripemq.broker.policies import (
     PublishRate,
 )
 from stripemq.broker.policy_tasks import PolicyChecks
-from stripemq.broker.schema import CompatibilityStrategy, SchemaRegistry
+from stripemq.broker.schema import CompatibilityStrategy, SchemaRegistry, schema_id
 from stripemq.broker.topic import PersistentTopic, TopicLifecycle
 from stripemq.broker.topic_policies import (
     TopicLevelPolicies,
@@ -47,7 +48,7 @@ from stripemq.broker.topic_policies import (
     topic_policies_key,
 )
 from stripemq.clock import now_ms
-from stripemq.errors import BrokerError, StripeMQError
+from stripemq.errors import BrokerError, NotFoundError, StripeMQError
 from stripemq.managed_ledger.config import ManagedLedgerConfig
 from stripemq.managed_ledger.ledger_list import LedgerList, managed_ledger_path
 from stripemq.managed_ledger.managed_ledger import ManagedLedgerFactory
@@ -92,6 +93,7 @@ class TopicPolicies:
     max_topics_per_namespace: int = 0  # 0: no limit
     inactive_topic_policies: InactiveTopicPolicies = field(default_factory=InactiveTopicPolicies)
     inactive_topic_check_interval_s: float = 60.0
+    delete_inactive_partitioned_metadata: bool = False  # once every partition is gone
 
     @property
     def delayed_delivery_policies(self) -> DelayedDeliveryPolicies:
@@ -145,7 +147,7 @@ class BrokerService:
             subscription_expiry_interval_s=self.policies.subscription_expiry_check_interval_s,
             compaction_interval_s=self.policies.compaction_check_interval_s,
             inactive_topic_interval_s=self.policies.inactive_topic_check_interval_s,
-            delete_topic=lambda topic: self.delete_topic(topic.topic_name),
+            delete_topic=self._delete_inactive_topic,
         )
 
     async def start(self) -> None:
@@ -438,6 +440,24 @@ class BrokerService:
         self._retain_policy_watches()
         if topic_name.partition_index < 0:  # a partition's are its partitioned topic's
             await delete_topic_policies(self.store, topic_name)
+
+    async def _delete_inactive_topic(self, topic: PersistentTopic) -> None:
+        """The inactive-topic check's deletion of ``topic``; a partitioned topic whose
+        partitions are all gone then goes too, if the broker says so (Pulsar's
+        brokerDeleteInactivePartitionedTopicMetadataEnabled)."""
+        name = topic.topic_name
+        await self.delete_topic(name)
+        if name.partition_index < 0 or not self.policies.delete_inactive_partitioned_metadata:
+            return
+        base = name.partitioned_topic
+        for index in range(await partition_count(self.store, base)):
+            if await self.factory.exists(base.partition(index).managed_ledger_name):
+                return  # a partition still there (active, or not deleted yet)
+        await self.schemas.delete_all(schema_id(base))
+        with contextlib.suppress(NotFoundError):
+            await self.store.delete(partitions_path(base))
+        await delete_topic_policies(self.store, base)
+        log.info("deleted partitioned topic %s: every partition was inactive", base)
 
     async def unload_topic(self, topic_name: TopicName) -> None:
         """Close one topic (Pulsar's topic unload): its clients are disconnected and

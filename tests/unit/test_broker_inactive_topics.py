@@ -4,6 +4,7 @@ inactive and leaves one a client uses; the policy's REST paths at both levels.""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import cast
 
@@ -24,6 +25,7 @@ from stripemq.proto import pulsar_api_pb2 as pb
 from stripemq.proto.frames import encode_entry
 from stripemq.proto.initial_position import InitialPosition
 from stripemq.proto.topic_name import TopicName
+from stripemq.testing.polling import until
 
 NO_SUBSCRIPTIONS = InactiveTopicDeleteMode.DELETE_WHEN_NO_SUBSCRIPTIONS
 CAUGHT_UP = InactiveTopicDeleteMode.DELETE_WHEN_SUBSCRIPTIONS_CAUGHT_UP
@@ -136,3 +138,34 @@ async def test_the_broker_deletes_what_its_policy_says(app: App) -> None:
         own,
     )
     assert (await app.call("DELETE", ns))[0] == 204
+
+
+@pytest.mark.parametrize("delete_metadata", [False, True])
+async def test_a_partitioned_topic_goes_once_its_partitions_have(
+    app: App, delete_metadata: bool
+) -> None:
+    """Its partitions go one by one; the partitioned topic itself only with the broker's
+    brokerDeleteInactivePartitionedTopicMetadataEnabled (off, as in Pulsar)."""
+    app.service.policies = dataclasses.replace(
+        app.service.policies, delete_inactive_partitioned_metadata=delete_metadata
+    )
+    parts = "/admin/v2/persistent/public/default/fan"
+    body = {
+        "inactiveTopicDeleteMode": "delete_when_no_subscriptions",
+        "maxInactiveDurationSeconds": 1,
+        "deleteWhileInactive": True,
+    }
+    assert (await app.call("PUT", f"{parts}/partitions", 2))[0] == 204
+    assert (await app.call("POST", f"{parts}/inactiveTopicPolicies", body))[0] == 204
+    for index in range(2):
+        topic = await app.service.get_topic(
+            TopicName.parse(f"public/default/fan-partition-{index}")
+        )
+        await until(lambda t=topic: t.policies.inactive_topic_policies.delete_while_inactive, "on")
+        topic.last_active_ms -= 5_000
+    await app.service.policy_checks.check_inactive_topics()
+    assert not any(
+        name.startswith("persistent://public/default/fan") for name in app.service.topics
+    )
+    status, _ = await app.call("GET", f"{parts}/partitions")
+    assert status == (404 if delete_metadata else 200)
