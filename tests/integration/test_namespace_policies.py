@@ -22,13 +22,6 @@ import aiohttp
 import pulsar
 import pytest
 
-from stripemq.broker.namespaces import (
-    TenantInfo,
-    create_namespace,
-    create_tenant,
-    read_policies,
-    write_policies,
-)
 from stripemq.broker.policies import (
     AutoTopicCreationOverride,
     BacklogQuota,
@@ -45,6 +38,7 @@ from stripemq.managed_ledger.config import ManagedLedgerConfig
 from stripemq.metadata import MetadataStore
 from stripemq.proto.topic_name import TopicName
 from stripemq.testing.broker import broker_on_bookies, broker_pair_on_bookies, owner_url
+from stripemq.testing.namespaces import change_policies, fresh_namespace
 from stripemq.testing.polling import until
 from stripemq.testing.standalone import StandaloneProcess
 
@@ -69,16 +63,7 @@ async def broker(
 
 @pytest.fixture
 async def namespace(store: MetadataStore) -> str:
-    tenant = f"t-{uuid.uuid4().hex[:8]}"
-    await create_tenant(store, tenant, TenantInfo(allowed_clusters=(CLUSTER,)))
-    await create_namespace(store, f"{tenant}/ns", clusters=(CLUSTER,))
-    return f"{tenant}/ns"
-
-
-async def set_policies(store: MetadataStore, namespace: str, **changes: Any) -> None:
-    """Change a namespace's policies as the admin API does (read, change, compare-and-set)."""
-    policies, version = await read_policies(store, namespace)
-    await write_policies(store, namespace, policies.with_(**changes), version)
+    return await fresh_namespace(store, CLUSTER)
 
 
 async def rounds_pass(broker: BrokerServer, check: str, count: int = 2) -> None:
@@ -153,14 +138,14 @@ async def test_a_ttl_expires_the_backlog_of_a_served_topic(
     await rounds_pass(broker, "message expiry")  # nothing expires without a TTL
     assert cursor.backlog == 20
 
-    await set_policies(store, namespace, message_ttl_in_seconds=1)
+    await change_policies(store, namespace, message_ttl_in_seconds=1)
     await until(lambda: cursor.backlog == 0, "the TTL expires the backlog", timeout=20)
     subscription = served_topic.subscriptions["sub"]
     assert subscription.stats.expired.count == 20
     assert await asyncio.to_thread(drain, url, topic, "sub") == 0
 
     # Removed live: what is published from now on stays.
-    await set_policies(store, namespace, message_ttl_in_seconds=None)
+    await change_policies(store, namespace, message_ttl_in_seconds=None)
     await until(lambda: served_topic.policies.message_ttl_s == 0, "the TTL is removed")
     await asyncio.to_thread(produce, url, topic, 5)
     await rounds_pass(broker, "message expiry")
@@ -191,7 +176,7 @@ async def over_quota_topic(
     await asyncio.to_thread(produce, broker.service_url, topic, 50)
     served_topic = served(broker, topic)
     assert served_topic.estimated_backlog_size() >= 5000
-    await set_policies(store, namespace, **quota(1000, policy=policy))
+    await change_policies(store, namespace, **quota(1000, policy=policy))
     await until(
         lambda: (
             served_topic.policies.backlog_quota(BacklogQuotaType.DESTINATION_STORAGE).limit_size
@@ -249,7 +234,7 @@ async def test_a_producer_request_hold_quota_holds_producers_until_it_clears(
         served_topic = served(broker, topic)
         for _ in range(50):
             await asyncio.to_thread(producer.send, b"x" * 100)
-        await set_policies(store, namespace, **quota(1000, policy="producer_request_hold"))
+        await change_policies(store, namespace, **quota(1000, policy="producer_request_hold"))
         await until(lambda: not served_topic.producers, "the check disconnects the producer")
 
         receipts: list[str] = []
@@ -293,7 +278,7 @@ async def test_the_periodic_check_disconnects_producers_of_a_topic_over_quota(
     try:
         producer = await asyncio.to_thread(c.create_producer, topic, batching_enabled=False)
         served_topic = served(broker, topic)
-        await set_policies(store, namespace, **quota(1000, policy="producer_exception"))
+        await change_policies(store, namespace, **quota(1000, policy="producer_exception"))
         await asyncio.to_thread(send_refused, producer, 30)  # past the quota
         await until(lambda: not served_topic.producers, "the check disconnects the producer")
         assert await asyncio.to_thread(send_refused, producer, 1) == 1
@@ -325,7 +310,9 @@ async def test_an_age_quota_evicts_messages_older_than_it(
     await asyncio.to_thread(subscribe_and_leave, broker.service_url, topic, "slow")
     await asyncio.to_thread(produce, broker.service_url, topic, 10)
     served_topic = served(broker, topic)
-    await set_policies(store, namespace, **quota(limit_time=2, policy="consumer_backlog_eviction"))
+    await change_policies(
+        store, namespace, **quota(limit_time=2, policy="consumer_backlog_eviction")
+    )
     cursor = served_topic.ml.cursors["slow"]
     await until(lambda: cursor.backlog == 0, "messages past the age limit go", timeout=15)
 
@@ -365,12 +352,12 @@ async def test_a_publish_rate_throttles_producers(
     topic = f"persistent://{namespace}/publish-rate"
     await asyncio.to_thread(produce, broker.service_url, topic, 1)  # served before the policy
     served_topic = served(broker, topic)
-    await set_policies(store, namespace, publish_rates={CLUSTER: PublishRate(50, -1)})
+    await change_policies(store, namespace, publish_rates={CLUSTER: PublishRate(50, -1)})
     await until(lambda: served_topic.publish_limiter is not None, "the rate reaches the topic")
     rate = await asyncio.to_thread(publish_rate_observed, broker.service_url, topic, 150)
     assert rate < 100, f"{rate:.0f} msg/s with a limit of 50"
     # Lifted live.
-    await set_policies(store, namespace, publish_rates={})
+    await change_policies(store, namespace, publish_rates={})
     await until(lambda: served_topic.publish_limiter is None, "the rate is lifted")
 
 
@@ -402,10 +389,10 @@ async def test_a_dispatch_rate_throttles_consumers(
     served_topic = served(broker, topic)
     rate = {CLUSTER: DispatchRate(50, -1, 1)}
     if level == "topic":
-        await set_policies(store, namespace, dispatch_rates=rate)
+        await change_policies(store, namespace, dispatch_rates=rate)
         await until(lambda: served_topic.dispatch_limiter is not None, "the rate is applied")
     else:
-        await set_policies(store, namespace, subscription_dispatch_rates=rate)
+        await change_policies(store, namespace, subscription_dispatch_rates=rate)
         await until(
             lambda: (
                 served_topic.policies.subscription_dispatch_rate.dispatch_throttling_rate_in_msg
@@ -427,7 +414,7 @@ async def test_retention_keeps_consumed_ledgers_until_it_is_lifted(
     url = broker.service_url
     await asyncio.to_thread(subscribe_and_leave, url, topic, "sub")
     served_topic = served(broker, topic)
-    await set_policies(store, namespace, retention=RetentionPolicies(60, 100))
+    await change_policies(store, namespace, retention=RetentionPolicies(60, 100))
     await until(lambda: served_topic.ml.retention[0] == 3600, "retention reaches the topic")
     await asyncio.to_thread(produce, url, topic, 45)  # 10 entries a ledger: 5 ledgers
     assert await asyncio.to_thread(drain, url, topic, "sub") == 45
@@ -439,7 +426,7 @@ async def test_retention_keeps_consumed_ledgers_until_it_is_lifted(
     assert await ml.trim() == []  # consumed, yet kept
     assert len(ml.chain) == ledgers
 
-    await set_policies(store, namespace, retention=RetentionPolicies(0, 0))
+    await change_policies(store, namespace, retention=RetentionPolicies(0, 0))
     await until(lambda: len(ml.chain) <= 1, "consumed ledgers are trimmed", timeout=20)
 
 
@@ -468,13 +455,13 @@ async def test_deduplication_is_switched_on_and_off_live(
     await asyncio.to_thread(send_with_ids, url, topic, "p", [0, 1, 2])
     assert ml.entries_added == 6  # off (the broker's default): resends are stored
 
-    await set_policies(store, namespace, deduplication_enabled=True)
+    await change_policies(store, namespace, deduplication_enabled=True)
     await until(lambda: served_topic.dedup is not None, "deduplication is switched on")
     await asyncio.to_thread(send_with_ids, url, topic, "p", [3, 4, 5])
     await asyncio.to_thread(send_with_ids, url, topic, "p", [3, 4, 5])
     assert ml.entries_added == 9  # the resends are acknowledged, not stored
 
-    await set_policies(store, namespace, deduplication_enabled=False)
+    await change_policies(store, namespace, deduplication_enabled=False)
     await until(lambda: served_topic.dedup is None, "deduplication is switched off")
     await asyncio.to_thread(send_with_ids, url, topic, "p", [3, 4, 5])
     assert ml.entries_added == 12
@@ -493,7 +480,7 @@ async def test_auto_topic_creation_off_refuses_unknown_topics(
     url = broker.service_url
     existing = f"persistent://{namespace}/existing"
     assert await asyncio.to_thread(producer_on, url, existing) == "created"
-    await set_policies(store, namespace, auto_topic_creation=AutoTopicCreationOverride(False))
+    await change_policies(store, namespace, auto_topic_creation=AutoTopicCreationOverride(False))
     await until(
         lambda: not served(broker, existing).policies.auto_create, "the override is applied"
     )
@@ -501,7 +488,7 @@ async def test_auto_topic_creation_off_refuses_unknown_topics(
     assert await asyncio.to_thread(producer_on, url, unknown) == "TopicNotFound"
     assert await asyncio.to_thread(producer_on, url, existing) == "created"
     # Back to the broker's setting (on): created on use again.
-    await set_policies(store, namespace, auto_topic_creation=None)
+    await change_policies(store, namespace, auto_topic_creation=None)
     await until(lambda: served(broker, existing).policies.auto_create, "the override is gone")
     assert await asyncio.to_thread(producer_on, url, unknown) == "created"
 
@@ -531,7 +518,7 @@ async def test_every_broker_applies_a_policy_to_the_topics_it_serves(
         for owner, topic in topics.items():
             web = next(b.web_url for b in pair if b.service_url == owner)
             assert await subscription_backlog(web, topic, "sub") == 10
-        await set_policies(store, namespace, message_ttl_in_seconds=1)
+        await change_policies(store, namespace, message_ttl_in_seconds=1)
         for owner, topic in topics.items():
             web = next(b.web_url for b in pair if b.service_url == owner)
             await until(

@@ -6,23 +6,14 @@ ledgers its topics create from then on, and each entry is on that many bookies."
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pulsar
 import pytest
 
 from stripemq.bookie.client.ledger_manager import LedgerManager
 from stripemq.bookie.client.metadata import LedgerMetadata
-from stripemq.broker.namespaces import (
-    TenantInfo,
-    create_namespace,
-    create_tenant,
-    read_policies,
-    write_policies,
-)
 from stripemq.broker.policies import PersistencePolicies, RetentionPolicies
 from stripemq.broker.server import BrokerServer
 from stripemq.broker.service import TopicPolicies
@@ -37,6 +28,7 @@ from stripemq.metadata import MetadataStore
 from stripemq.metadata.api import ANY_VERSION
 from stripemq.proto.topic_name import TopicName
 from stripemq.testing.broker import broker_on_bookies
+from stripemq.testing.namespaces import change_policies, fresh_namespace
 from stripemq.testing.polling import until
 
 pytestmark = pytest.mark.integration
@@ -64,15 +56,7 @@ async def broker(
 
 @pytest.fixture
 async def namespace(store: MetadataStore) -> str:
-    tenant = f"t-{uuid.uuid4().hex[:8]}"
-    await create_tenant(store, tenant, TenantInfo(allowed_clusters=(CLUSTER,)))
-    await create_namespace(store, f"{tenant}/ns", clusters=(CLUSTER,))
-    return f"{tenant}/ns"
-
-
-async def set_namespace_policies(store: MetadataStore, namespace: str, **changes: Any) -> None:
-    policies, version = await read_policies(store, namespace)
-    await write_policies(store, namespace, policies.with_(**changes), version)
+    return await fresh_namespace(store, CLUSTER)
 
 
 def produce(url: str, topic: str, count: int) -> None:
@@ -117,7 +101,7 @@ async def test_a_namespaces_persistence_decides_its_topics_quorums(
     broker: BrokerServer, store: MetadataStore, namespace: str
 ) -> None:
     url, topic = broker.service_url, f"persistent://{namespace}/orders"
-    await set_namespace_policies(
+    await change_policies(
         store,
         namespace,
         persistence=PersistencePolicies(3, 3, 3, 0.0),
@@ -128,14 +112,14 @@ async def test_a_namespaces_persistence_decides_its_topics_quorums(
     assert quorums(first) == (3, 3, 3)
     assert len(set(first.ensembles[0])) == 3  # striped over the three bookies
     # Changed on the live topic: the next ledger (after ten entries) has the new quorums.
-    await set_namespace_policies(store, namespace, persistence=PersistencePolicies(3, 2, 2, 2.0))
+    await change_policies(store, namespace, persistence=PersistencePolicies(3, 2, 2, 2.0))
     ml = served(broker, topic).ml
     await until(lambda: ml.persistence.write_quorum_size == 2, "the change is applied")
     assert ml.cursor_env.config.snapshot_interval_ms == 500  # two mark-deletes a second
     await asyncio.to_thread(produce, url, topic, 10)
     assert quorums((await ledgers_of(store, served(broker, topic)))[-1]) == (3, 2, 2)
     # Removed: the broker's own settings, from the next ledger on.
-    await set_namespace_policies(store, namespace, persistence=None)
+    await change_policies(store, namespace, persistence=None)
     await until(lambda: ml.persistence.ensemble_size == 2, "the broker's settings apply")
     await asyncio.to_thread(produce, url, topic, 10)
     chain = await ledgers_of(store, served(broker, topic))
@@ -149,7 +133,7 @@ async def test_a_topics_own_persistence_wins_over_its_namespaces(
     broker: BrokerServer, store: MetadataStore, namespace: str
 ) -> None:
     url, topic = broker.service_url, f"persistent://{namespace}/payments"
-    await set_namespace_policies(store, namespace, persistence=PersistencePolicies(3, 3, 2, 0.0))
+    await change_policies(store, namespace, persistence=PersistencePolicies(3, 3, 2, 0.0))
     name = TopicName.parse(topic)
     own = TopicLevelPolicies(persistence=PersistencePolicies(1, 1, 1, 0.0))
     await asyncio.to_thread(produce, url, topic, 1)  # the topic exists

@@ -78,11 +78,19 @@ def test_delays_switched_off_and_on_on_a_live_subscription(
     producer.send(b"at once", deliver_after=timedelta(seconds=600))
     assert consumer.receive(timeout_millis=10_000).data() == b"at once"
     set_delayed_delivery(standalone, topic, active=True)
-    time.sleep(1)  # the broker applies it (a watch on the policy's node)
-    sent = time.time()
-    producer.send(b"later", deliver_after=timedelta(seconds=2))
-    later = consumer.receive(timeout_millis=15_000)
-    assert later.data() == b"later"
-    assert time.time() - sent >= 1.9
+
+    def held_again() -> bool:  # once the broker has applied it, a delayed message waits
+        sent = time.time()
+        producer.send(b"later", deliver_after=timedelta(seconds=2))
+        try:
+            early = consumer.receive(timeout_millis=1000)
+        except pulsar.Timeout:
+            later = consumer.receive(timeout_millis=15_000)
+            assert later.data() == b"later" and time.time() - sent >= 1.9
+            return True
+        consumer.acknowledge(early)  # delivered at once: not applied yet, try again
+        return False
+
+    until_blocking(held_again, timeout=20)
     producer.close()
     consumer.close()

@@ -307,6 +307,24 @@ def _limit_endpoint(limit: Limit) -> PolicyEndpoint:
     return PolicyEndpoint(what, lambda p, s: p.limits.get(limit), set_limit, remove_limit)
 
 
+def _record_endpoint(
+    path: str, attr: str, parse: Callable[[object, PolicyScope], Any]
+) -> PolicyEndpoint:
+    """The endpoint of a policy that is one record of ``Policies`` (None while unset): GET
+    answers its JSON, POST parses the body into it, DELETE unsets it."""
+
+    def get(policies: Policies, scope: PolicyScope) -> object:
+        record = getattr(policies, attr)
+        return record.to_json() if record is not None else None
+
+    return PolicyEndpoint(
+        path,
+        get,
+        lambda p, body, s: p.with_(**{attr: parse(body, s)}),
+        lambda p, s: p.with_(**{attr: None}),
+    )
+
+
 POLICY_ENDPOINTS = (
     *(_limit_endpoint(limit) for limit in Limit),
     PolicyEndpoint(
@@ -394,17 +412,13 @@ POLICY_ENDPOINTS = (
         lambda p, s: p.with_(compaction_threshold=None),
         set_method="PUT",
     ),
-    PolicyEndpoint(
+    _record_endpoint(
         "persistence",
-        lambda p, s: p.persistence.to_json() if p.persistence else None,
-        lambda p, body, s: p.with_(persistence=PersistencePolicies.parse(body, s.quorum_bounds)),
-        lambda p, s: p.with_(persistence=None),
+        "persistence",
+        lambda body, s: PersistencePolicies.parse(body, s.quorum_bounds),
     ),
-    PolicyEndpoint(
-        "delayedDelivery",
-        lambda p, s: p.delayed_delivery.to_json() if p.delayed_delivery else None,
-        lambda p, body, s: p.with_(delayed_delivery=DelayedDeliveryPolicies.parse(body)),
-        lambda p, s: p.with_(delayed_delivery=None),
+    _record_endpoint(
+        "delayedDelivery", "delayed_delivery", lambda body, s: DelayedDeliveryPolicies.parse(body)
     ),
     PolicyEndpoint(
         "subscriptionTypesEnabled",
@@ -412,11 +426,10 @@ POLICY_ENDPOINTS = (
         lambda p, body, s: p.with_(subscription_types_enabled=parse_subscription_types(body)),
         lambda p, s: p.with_(subscription_types_enabled=()),
     ),
-    PolicyEndpoint(
+    _record_endpoint(
         "inactiveTopicPolicies",
-        lambda p, s: p.inactive_topic_policies.to_json() if p.inactive_topic_policies else None,
-        lambda p, body, s: p.with_(inactive_topic_policies=InactiveTopicPolicies.parse(body)),
-        lambda p, s: p.with_(inactive_topic_policies=None),
+        "inactive_topic_policies",
+        lambda body, s: InactiveTopicPolicies.parse(body),
     ),
     PolicyEndpoint(
         "maxTopicsPerNamespace",
@@ -431,11 +444,10 @@ POLICY_ENDPOINTS = (
         lambda p, s: p.encryption_required,
         lambda p, body, s: p.with_(encryption_required=parse_bool(body, "encryptionRequired")),
     ),
-    PolicyEndpoint(
+    _record_endpoint(
         "autoTopicCreation",
-        lambda p, s: p.auto_topic_creation.to_json() if p.auto_topic_creation else None,
-        lambda p, body, s: p.with_(auto_topic_creation=_parse_auto_topic_creation(body)),
-        lambda p, s: p.with_(auto_topic_creation=None),
+        "auto_topic_creation",
+        lambda body, s: _parse_auto_topic_creation(body),
     ),
 )
 
